@@ -1,0 +1,446 @@
+-- crier: the rule DSL that rule files use (`local crier = require "crier"`) to
+-- declare event types with payload schemas, the rule that routes each type to
+-- recipients and channels, and settings. Declarations are checked as they are
+-- made and recorded, with their file:line, in the registry of the rules
+-- generation being loaded (crier.runtime owns that registry; nothing leaks
+-- between generations). Pure Lua: loads in LuaJIT, the crier daemon and nginx.
+
+local json = require "crier.json"
+local template = require "crier.template"
+
+local type, pairs, ipairs, next, tostring, error, select, setmetatable =
+    type, pairs, ipairs, next, tostring, error, select, setmetatable
+local find, format, match, sub = string.find, string.format, string.match, string.sub
+local sort, concat = table.sort, table.concat
+local getinfo = debug.getinfo
+
+local crier = {
+    _VERSION = "0.1.0",
+    json = json,
+    template = template,
+}
+
+-- The registry declarations go to: set by crier.runtime while it loads or
+-- runs a generation, nil otherwise.
+local current
+
+-- crier._set_registry(registry): used by crier.runtime only. Makes registry
+-- the target of declarations and settings (nil detaches). Returns the
+-- previous registry so calls can nest.
+function crier._set_registry(registry)
+    local previous = current
+    current = registry
+    return previous
+end
+
+-- "path:line" being executed at stack level `level`, counted like error()'s
+-- level: 1 is the function calling where(), 2 is its caller.
+local function where(level)
+    local info = getinfo(level + 1, "Sl")
+    if not info then
+        return "?"
+    end
+    local src = info.source or "?"
+    if sub(src, 1, 1) == "@" then
+        src = sub(src, 2)
+    else
+        src = info.short_src or src
+    end
+    return src .. ":" .. (info.currentline or 0)
+end
+
+-- The registry for a declaration made by user code; misuse outside a load is
+-- reported at the user's call site (level 3: user -> api -> here).
+local function loading_registry(api)
+    if not current then
+        error(api .. ": no rules are being loaded (rules are loaded by crier.runtime.new_generation)", 3)
+    end
+    if current.phase ~= "load" then
+        error(api .. ": declarations are only allowed while rules load, not while they run", 3)
+    end
+    return current
+end
+
+local function problem(registry, at, msg)
+    local list = registry.problems
+    list[#list + 1] = at .. ": " .. msg
+end
+
+local function sorted_keys(t)
+    local keys = {}
+    for k in pairs(t) do
+        keys[#keys + 1] = k
+    end
+    sort(keys, function(a, b)
+        return tostring(a) < tostring(b)
+    end)
+    return keys
+end
+
+-- Reports keys of spec that are not in allowed (a set), in sorted order.
+local function check_fields(registry, at, what, spec, allowed)
+    local unknown = {}
+    for _, k in ipairs(sorted_keys(spec)) do
+        if not allowed[k] then
+            unknown[#unknown + 1] = k
+        end
+    end
+    if #unknown > 0 then
+        local names = sorted_keys(allowed)
+        for i, k in ipairs(unknown) do
+            problem(registry, at, format("%s: unknown field '%s' (expected one of: %s)", what,
+                tostring(k), i == 1 and concat(names, ", ") or "see above"))
+        end
+    end
+end
+
+local function is_list(v)
+    return type(v) == "table" and (next(v) == nil or json.is_array(v))
+end
+
+---------------------------------------------------------------------------
+-- Event types
+
+-- Payload field types a schema may name; a trailing "?" makes a field optional.
+crier.payload_types = {
+    string = true, number = true, integer = true, boolean = true, table = true, array = true,
+}
+
+local event_type_fields = { description = true, payload = true }
+
+-- crier.event_type(name) { description = "...", payload = { field = "type" } }
+-- Declares an event type in the generation being loaded. payload maps each
+-- field to one of crier.payload_types, "?"-suffixed when optional; fields not
+-- named are allowed. Problems (bad type names, duplicates) are load errors
+-- reported at the declaration's file:line. Calling it outside a load, or with
+-- a name that is not a non-empty string, raises an error.
+function crier.event_type(name)
+    local registry = loading_registry("crier.event_type")
+    if type(name) ~= "string" or not find(name, "^[%w_][%w_%.:%-]*$") then
+        error("crier.event_type: name must be a string like \"invoice.created\", got "
+            .. (type(name) == "string" and format("%q", name) or type(name)), 2)
+    end
+    local at = where(2)
+    return function(spec)
+        if type(spec) ~= "table" then
+            error(format("crier.event_type \"%s\": expected a table { payload = {...} }, got %s",
+                name, type(spec)), 2)
+        end
+        local what = "event type '" .. name .. "'"
+        check_fields(registry, at, what, spec, event_type_fields)
+        if spec.description ~= nil and type(spec.description) ~= "string" then
+            problem(registry, at, what .. ": description must be a string")
+        end
+        local fields = {}
+        if spec.payload ~= nil and type(spec.payload) ~= "table" then
+            problem(registry, at, what .. ": payload must be a table of field = \"type\"")
+        elseif spec.payload then
+            for _, field in ipairs(sorted_keys(spec.payload)) do
+                local decl = spec.payload[field]
+                local base, optional
+                if type(decl) == "string" then
+                    base, optional = match(decl, "^(%a+)(%??)$")
+                end
+                if type(field) ~= "string" then
+                    problem(registry, at, what .. ": payload field names must be strings, got "
+                        .. type(field))
+                elseif not base or not crier.payload_types[base] then
+                    problem(registry, at, format("%s: payload field '%s' has type %s; expected one of "
+                        .. "string, number, integer, boolean, table, array (optionally with a trailing ?)",
+                        what, field, type(decl) == "string" and format("%q", decl) or type(decl)))
+                else
+                    fields[#fields + 1] = { name = field, type = base, optional = optional == "?" }
+                end
+            end
+        end
+        local previous = registry.event_types[name]
+        if previous then
+            problem(registry, at, format("%s is declared twice (first at %s)", what, previous.where))
+            return
+        end
+        registry.event_types[name] = {
+            name = name,
+            where = at,
+            description = spec.description,
+            fields = fields,
+        }
+        registry.event_type_order[#registry.event_type_order + 1] = name
+    end
+end
+
+---------------------------------------------------------------------------
+-- Channels
+
+-- Default webhook body when a rule gives none.
+local function default_webhook_body(event, recipient)
+    return {
+        event_id = event.id,
+        type = event.type,
+        tenant = event.tenant,
+        entity_id = event.entity_id,
+        recipient = recipient.id,
+        payload = event.payload,
+    }
+end
+
+-- Channel kinds a rule may route to. Each is name -> {
+--   fields  = set of config keys allowed in the rule's <name> = { ... } block,
+--   check   = function(config, report, compile) at load: reports problems
+--             through report("<name>.<field> ..."), may compile templates with
+--             compile(source, opts), returns extra config fields to keep,
+--   deliver = function(config, event, recipient, fail) while planning:
+--             returns one delivery table { channel = name, ... } or calls
+--             fail(msg), which raises a rule error. }
+crier.channel_kinds = {
+    webhook = {
+        fields = { url = true, secret = true, body = true },
+        check = function(config, report, compile)
+            if config.url == nil then
+                report("webhook.url is required")
+            elseif type(config.url) == "string" then
+                if not find(config.url, "^https?://[^%s]+$") then
+                    report("webhook.url must start with http:// or https:// (got " .. format("%q", config.url) .. ")")
+                end
+            elseif type(config.url) ~= "function" then
+                report("webhook.url must be a string or a function(event, recipient), got " .. type(config.url))
+            end
+            local secret = config.secret
+            if secret ~= nil and type(secret) ~= "string" and type(secret) ~= "function" then
+                report("webhook.secret must be a string, nil or a function(event, recipient), got " .. type(secret))
+            end
+            local body = config.body
+            if type(body) == "string" then
+                -- A string body is a template rendered per recipient; inserted
+                -- values are escaped for JSON string literals.
+                local fn, err = compile(body, { json = true })
+                if not fn then
+                    report(err)
+                end
+                return { body_template = fn }
+            elseif type(body) == "table" then
+                local text, err = json.encode(body)
+                if not text then
+                    report("webhook.body: " .. err)
+                end
+                return { body_text = text }
+            elseif body ~= nil and type(body) ~= "function" then
+                report("webhook.body must be a function(event, recipient), a table or a template string, got "
+                    .. type(body))
+            end
+            return {}
+        end,
+        deliver = function(config, event, recipient, fail)
+            local url = config.url
+            if type(url) == "function" then
+                url = url(event, recipient)
+                if type(url) ~= "string" or not find(url, "^https?://[^%s]+$") then
+                    fail("webhook.url returned " .. (type(url) == "string" and format("%q", url) or type(url))
+                        .. "; expected an http:// or https:// URL")
+                end
+            end
+            local secret = config.secret
+            if type(secret) == "function" then
+                secret = secret(event, recipient)
+                if secret ~= nil and type(secret) ~= "string" then
+                    fail("webhook.secret returned " .. type(secret) .. "; expected a string or nil")
+                end
+            end
+            if secret == "" then
+                secret = nil
+            end
+            local body, err
+            if config.body_text then
+                body = config.body_text
+            else
+                if config.body_template then
+                    local ctx = setmetatable({ recipient = recipient, event = event }, { __index = event })
+                    body, err = config.body_template(ctx)
+                    if not body then
+                        fail(err)
+                    end
+                else
+                    local fn = config.body or default_webhook_body
+                    body = fn(event, recipient)
+                end
+                if type(body) == "table" then
+                    body, err = json.encode(body)
+                    if not body then
+                        fail("webhook.body: " .. err)
+                    end
+                elseif type(body) == "string" then
+                    local ok
+                    ok, err = json.decode(body)
+                    if ok == nil then
+                        fail("webhook.body is not valid JSON: " .. err)
+                    end
+                else
+                    fail("webhook.body returned " .. type(body) .. "; expected a table or a JSON string")
+                end
+            end
+            return { channel = "webhook", url = url, body = body, secret = secret }
+        end,
+    },
+}
+
+---------------------------------------------------------------------------
+-- Rules
+
+-- Fields a rule may have besides one block per channel kind.
+local rule_fields = {
+    description = true, recipients = true, channels = true, discriminator = true,
+}
+
+local function allowed_rule_fields()
+    local allowed = {}
+    for k in pairs(rule_fields) do
+        allowed[k] = true
+    end
+    for kind in pairs(crier.channel_kinds) do
+        allowed[kind] = true
+    end
+    return allowed
+end
+
+-- crier.rule(event_type) { recipients = ..., channels = ..., webhook = {...} }
+-- Declares the rule for an event type (declared in any file of the
+-- generation). Fields:
+--   recipients     list of ids / { id = ... } tables, or function(event) -> list
+--   channels       list of channel names, or function(event, recipient) -> list
+--   discriminator  optional string, or function(event, recipient) -> string|nil
+--   webhook        { url = string|function, secret = string|function|nil,
+--                    body = function|table|template string|nil }
+-- Problems (unknown fields or channels, a listed channel without its config,
+-- a second rule for a type, a type that no file declares) are load errors at
+-- the declaration's file:line. Calling it outside a load, or with a bad
+-- event type name, raises an error.
+function crier.rule(event_type)
+    local registry = loading_registry("crier.rule")
+    if type(event_type) ~= "string" or event_type == "" then
+        error("crier.rule: expected an event type name, got "
+            .. (type(event_type) == "string" and "\"\"" or type(event_type)), 2)
+    end
+    local at = where(2)
+    return function(spec)
+        if type(spec) ~= "table" then
+            error(format("crier.rule \"%s\": expected a table { recipients = ..., channels = ... }, got %s",
+                event_type, type(spec)), 2)
+        end
+        local what = "rule '" .. event_type .. "'"
+        local function report(msg)
+            problem(registry, at, what .. ": " .. msg)
+        end
+        check_fields(registry, at, what, spec, allowed_rule_fields())
+
+        local recipients = spec.recipients
+        if recipients == nil then
+            report("recipients is required (a list of ids or a function(event))")
+        elseif type(recipients) ~= "function" and not is_list(recipients) then
+            report("recipients must be a list or a function(event), got " .. type(recipients))
+        end
+
+        local channels = spec.channels
+        if channels == nil then
+            report("channels is required (for example channels = { \"webhook\" })")
+        elseif type(channels) == "table" then
+            if not is_list(channels) then
+                report("channels must be a list of channel names")
+            else
+                for _, name in ipairs(channels) do
+                    if not crier.channel_kinds[name] then
+                        report(format("unknown channel %s (known: %s)",
+                            type(name) == "string" and format("'%s'", name) or type(name),
+                            concat(sorted_keys(crier.channel_kinds), ", ")))
+                    elseif spec[name] == nil then
+                        report(format("channel '%s' is listed but has no %s = { ... } block", name, name))
+                    end
+                end
+            end
+        elseif type(channels) ~= "function" then
+            report("channels must be a list or a function(event, recipient), got " .. type(channels))
+        end
+
+        local discriminator = spec.discriminator
+        if discriminator ~= nil and type(discriminator) ~= "string" and type(discriminator) ~= "function" then
+            report("discriminator must be a string or a function(event, recipient), got " .. type(discriminator))
+        end
+        if spec.description ~= nil and type(spec.description) ~= "string" then
+            report("description must be a string")
+        end
+
+        local configs = {}
+        for kind, def in pairs(crier.channel_kinds) do
+            local config = spec[kind]
+            if config ~= nil then
+                if type(config) ~= "table" then
+                    report(format("%s must be a table, got %s", kind, type(config)))
+                else
+                    check_fields(registry, at, what .. ": " .. kind, config, def.fields)
+                    local function compile(source, opts)
+                        opts.name = kind .. ".body"
+                        return template.compile(source, opts)
+                    end
+                    local compiled = def.check(config, report, compile)
+                    local c = {}
+                    for k, v in pairs(config) do
+                        c[k] = v
+                    end
+                    for k, v in pairs(compiled or {}) do
+                        c[k] = v
+                    end
+                    configs[kind] = c
+                end
+            end
+        end
+
+        local previous = registry.rules[event_type]
+        if previous then
+            report(format("a second rule for this event type (first at %s)", previous.where))
+            return
+        end
+        registry.rules[event_type] = {
+            event_type = event_type,
+            where = at,
+            description = spec.description,
+            recipients = recipients,
+            channels = channels,
+            discriminator = discriminator,
+            configs = configs,
+        }
+        registry.rule_order[#registry.rule_order + 1] = event_type
+    end
+end
+
+---------------------------------------------------------------------------
+-- Settings
+
+-- The environment variable that sets a setting: CRIER_SET_ + the name as
+-- written (the CLI reads CRIER_SET_<name>=value).
+local function setting_env_name(name)
+    return "CRIER_SET_" .. name
+end
+
+-- crier.setting(name[, default]): the value of setting name (a string from
+-- `--set name=value` or the environment), else default. With no default
+-- argument at all, a missing setting is an error at the caller's file:line
+-- saying how to set it; an explicit nil default makes the setting optional.
+-- Usable while rules load and while they run.
+function crier.setting(name, ...)
+    if type(name) ~= "string" or name == "" then
+        error("crier.setting: name must be a non-empty string, got " .. type(name), 2)
+    end
+    if not current then
+        error("crier.setting: no rules are being loaded or run", 2)
+    end
+    local value = current.settings[name]
+    if value ~= nil then
+        return value
+    end
+    if select("#", ...) > 0 then
+        return (...)
+    end
+    error(format("setting '%s' is not set: pass --set %s=VALUE or set %s=VALUE", name, name,
+        setting_env_name(name)), 2)
+end
+
+
+return crier

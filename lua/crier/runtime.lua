@@ -1,0 +1,476 @@
+-- crier.runtime: what the C core (src/rules.c) and test harnesses call. It
+-- loads a set of rule files into a new generation (declarations collected in
+-- the generation's own registry, every problem reported as "path:line:
+-- message"), and runs events through that generation: payload decoding and
+-- schema validation, then the rule, producing a fan-out plan of recipients and
+-- deliveries. Pure Lua.
+
+local crier = require "crier"
+local json = require "crier.json"
+
+local type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable =
+    type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable
+local find, format, gsub, sub, match = string.find, string.format, string.gsub, string.sub, string.match
+local concat, sort = table.concat, table.sort
+local floor, huge = math.floor, math.huge
+local traceback = debug.traceback
+
+local null, array_mt = json.null, json.array_mt
+
+local runtime = {}
+
+local Generation = {}
+Generation.__index = Generation
+
+---------------------------------------------------------------------------
+-- Loading
+
+-- Lua shortens long chunk names in messages to "...tail"; put the full path back.
+local function restore_path(msg, files)
+    local tail = match(msg, "^%.%.%.([^\n]-):%d+:")
+    if tail then
+        for _, f in ipairs(files) do
+            if sub(f.path, -#tail) == tail then
+                return f.path .. sub(msg, 4 + #tail)
+            end
+        end
+    end
+    return msg
+end
+
+-- One problem line: the message (with its location, or path: prepended when
+-- it has none), newlines folded so each problem stays on one line.
+local function problem_line(msg, path, files)
+    msg = restore_path(tostring(msg), files)
+    if not find(msg, "^[^\n]-:%d+: ") then
+        msg = path .. ": " .. msg
+    end
+    return (gsub(msg, "%s*\n%s*", " "))
+end
+
+local function message_only(err)
+    if type(err) == "string" then
+        return err
+    end
+    local mt = getmetatable(err)
+    if mt and mt.__tostring then
+        return tostring(err)
+    end
+    return "(error object is a " .. type(err) .. " value)"
+end
+
+-- Orders problem lines by file (in load order), then line, then as reported.
+local function sort_problems(problems, files)
+    local file_rank = {}
+    for i, f in ipairs(files) do
+        file_rank[f.path] = i
+    end
+    local keyed = {}
+    for i, line in ipairs(problems) do
+        local path, n = match(line, "^(.-):(%d+): ")
+        keyed[i] = { line = line, file = file_rank[path] or #files + 1, n = tonumber(n) or 0, i = i }
+    end
+    sort(keyed, function(a, b)
+        if a.file ~= b.file then
+            return a.file < b.file
+        elseif a.n ~= b.n then
+            return a.n < b.n
+        end
+        return a.i < b.i
+    end)
+    local out = {}
+    for i, k in ipairs(keyed) do
+        out[i] = k.line
+    end
+    return out
+end
+
+local function load_files(registry, files)
+    for _, f in ipairs(files) do
+        local chunk, err = load(f.source, "@" .. f.path)
+        if not chunk then
+            registry.problems[#registry.problems + 1] = problem_line(err, f.path, files)
+        else
+            local ok, run_err = xpcall(chunk, message_only)
+            if not ok then
+                registry.problems[#registry.problems + 1] = problem_line(run_err, f.path, files)
+            end
+        end
+    end
+end
+
+-- runtime.new_generation(files, settings): loads rule files into a new
+-- generation. files is an array of { path = "<full path>", source = "<text>" }
+-- run in order; settings maps setting names to string values (may be nil).
+-- Returns the generation, or nil and one "path:line: message" line per
+-- problem (syntax errors, errors raised by a file, bad declarations, rules for
+-- undeclared event types, missing settings). Malformed arguments raise.
+function runtime.new_generation(files, settings)
+    if type(files) ~= "table" then
+        error("runtime.new_generation: files must be an array of { path =, source = }", 2)
+    end
+    for i, f in ipairs(files) do
+        if type(f) ~= "table" or type(f.path) ~= "string" or type(f.source) ~= "string" then
+            error(format("runtime.new_generation: files[%d] must be { path = string, source = string }", i), 2)
+        end
+    end
+    local copied = {}
+    if settings ~= nil then
+        if type(settings) ~= "table" then
+            error("runtime.new_generation: settings must be a table of name = string", 2)
+        end
+        for k, v in pairs(settings) do
+            if type(k) ~= "string" or type(v) ~= "string" then
+                error("runtime.new_generation: settings must map names to strings", 2)
+            end
+            copied[k] = v
+        end
+    end
+
+    local registry = {
+        phase = "load",
+        settings = copied,
+        event_types = {},
+        event_type_order = {},
+        rules = {},
+        rule_order = {},
+        problems = {},
+    }
+    local previous = crier._set_registry(registry)
+    local ok, err = xpcall(load_files, traceback, registry, files)
+    crier._set_registry(previous)
+    if not ok then
+        error(err, 0)
+    end
+
+    for _, name in ipairs(registry.rule_order) do
+        local rule = registry.rules[name]
+        if not registry.event_types[name] then
+            registry.problems[#registry.problems + 1] = format(
+                "%s: rule for undeclared event type '%s' (declare it with crier.event_type \"%s\" { ... })",
+                rule.where, name, name)
+        end
+    end
+    if #registry.problems > 0 then
+        return nil, concat(sort_problems(registry.problems, files), "\n")
+    end
+
+    registry.phase = "run"
+    return setmetatable({ registry = registry }, Generation)
+end
+
+---------------------------------------------------------------------------
+-- Payload validation
+
+local articles = {
+    string = "a string", number = "a number", integer = "an integer",
+    boolean = "a boolean", table = "a table", array = "an array",
+}
+
+local function is_json_array(v)
+    return getmetatable(v) == array_mt or v == json.empty_array
+end
+
+-- The JSON kind of a decoded value, for messages.
+local function kind_of(v)
+    if v == null then
+        return "null"
+    elseif type(v) == "table" then
+        return is_json_array(v) and "array" or "object"
+    end
+    return type(v)
+end
+
+local field_checks = {
+    string = function(v) return type(v) == "string" end,
+    number = function(v) return type(v) == "number" end,
+    integer = function(v)
+        return type(v) == "number" and v == floor(v) and v ~= huge and v ~= -huge
+    end,
+    boolean = function(v) return type(v) == "boolean" end,
+    table = function(v) return type(v) == "table" and v ~= null end,
+    array = is_json_array,
+}
+
+-- Decodes payload_json and checks it against the event type's schema.
+-- Returns the payload table, or nil and a message naming the type and field.
+local function check_payload(event_type, payload_json)
+    local name = event_type.name
+    if type(payload_json) ~= "string" then
+        return nil, name .. ": payload must be JSON text, got " .. type(payload_json)
+    end
+    local payload, err = json.decode(payload_json)
+    if payload == nil then
+        return nil, name .. ": payload is not valid JSON: " .. gsub(err, "^json%.decode: ", "")
+    end
+    if type(payload) ~= "table" or payload == null or is_json_array(payload) then
+        return nil, name .. ": payload must be a JSON object, got " .. kind_of(payload)
+    end
+    local problems
+    for _, field in ipairs(event_type.fields) do
+        local v = payload[field.name]
+        local msg
+        if v == nil or v == null then
+            if not field.optional then
+                msg = format("payload field '%s' is required (%s)", field.name, articles[field.type])
+            end
+        elseif not field_checks[field.type](v) then
+            msg = format("payload field '%s' must be %s, got %s", field.name, articles[field.type], kind_of(v))
+        end
+        if msg then
+            problems = problems or {}
+            problems[#problems + 1] = msg
+        end
+    end
+    if problems then
+        return nil, name .. ": " .. concat(problems, "; ")
+    end
+    return payload
+end
+
+---------------------------------------------------------------------------
+-- Planning
+
+-- Errors raised by the planner itself (bad values returned by rule code)
+-- carry this metatable; they need no traceback.
+local rule_failure_mt = {}
+
+local function rule_fail(rule, msg)
+    error(setmetatable({ message = format("rule '%s' (%s): %s", rule.event_type, rule.where, msg) },
+        rule_failure_mt), 0)
+end
+
+local function on_rule_error(err)
+    if getmetatable(err) == rule_failure_mt then
+        return err
+    end
+    return { message = traceback(message_only(err), 2), raw = true }
+end
+
+local function describe(v)
+    if type(v) == "string" then
+        return format("%q", v)
+    end
+    return type(v)
+end
+
+-- The recipient table handed to rule functions: { id = "<string>", ... }.
+local function normalize_recipient(rule, entry, i)
+    local t = type(entry)
+    if t == "string" then
+        if entry == "" then
+            rule_fail(rule, format("recipient #%d is an empty string", i))
+        end
+        return { id = entry }
+    elseif t == "number" then
+        local id = json.format_number(entry)
+        if not id then
+            rule_fail(rule, format("recipient #%d is the number %s", i, tostring(entry)))
+        end
+        return { id = id }
+    elseif t == "table" and entry ~= null then
+        local id = entry.id
+        if type(id) == "number" then
+            id = json.format_number(id)
+        end
+        if type(id) ~= "string" or id == "" then
+            rule_fail(rule, format("recipient #%d has id %s; expected a non-empty string or a number",
+                i, describe(entry.id)))
+        end
+        local r = {}
+        for k, v in pairs(entry) do
+            r[k] = v
+        end
+        r.id = id
+        return r
+    end
+    rule_fail(rule, format("recipient #%d must be an id (string or number) or a table with an id, got %s",
+        i, t))
+end
+
+local function is_list(v)
+    if type(v) ~= "table" or v == null then
+        return false
+    end
+    return next(v) == nil or json.is_array(v)
+end
+
+local function discriminator_for(rule, event, recipient)
+    local d = rule.discriminator
+    if type(d) == "function" then
+        d = d(event, recipient)
+    end
+    if type(d) == "number" then
+        d = json.format_number(d)
+    end
+    if d == nil or d == "" then
+        return nil
+    end
+    if type(d) ~= "string" then
+        rule_fail(rule, "discriminator returned " .. type(d) .. "; expected a string, a number or nil")
+    end
+    return d
+end
+
+local function deliveries_for(rule, event, recipient)
+    local channels = rule.channels
+    if type(channels) == "function" then
+        channels = channels(event, recipient)
+        if channels == nil then
+            channels = {}
+        elseif not is_list(channels) then
+            rule_fail(rule, format("channels returned %s for recipient %q; expected a list of channel names",
+                type(channels), recipient.id))
+        end
+    end
+    local function fail(msg)
+        rule_fail(rule, msg)
+    end
+    local deliveries, seen = {}, {}
+    for _, name in ipairs(channels) do
+        local kind = crier.channel_kinds[name]
+        if not kind then
+            rule_fail(rule, format("unknown channel %s for recipient %q", describe(name), recipient.id))
+        end
+        local config = rule.configs[name]
+        if not config then
+            rule_fail(rule, format("channel '%s' has no %s = { ... } block", name, name))
+        end
+        if not seen[name] then
+            seen[name] = true
+            deliveries[#deliveries + 1] = kind.deliver(config, event, recipient, fail)
+        end
+    end
+    return deliveries
+end
+
+local no_discriminator = {}
+
+local function run_rule(rule, event)
+    local list = rule.recipients
+    if type(list) == "function" then
+        list = list(event)
+        if list == nil then
+            list = {}
+        end
+    end
+    if not is_list(list) then
+        rule_fail(rule, "recipients returned " .. type(list) .. "; expected a list")
+    end
+    local plan, index = {}, {}
+    for i = 1, #list do
+        local recipient = normalize_recipient(rule, list[i], i)
+        local discriminator = discriminator_for(rule, event, recipient)
+        local by_discriminator = index[recipient.id]
+        if not by_discriminator then
+            by_discriminator = {}
+            index[recipient.id] = by_discriminator
+        end
+        local key = discriminator == nil and no_discriminator or discriminator
+        if not by_discriminator[key] then
+            local entry = {
+                recipient = recipient.id,
+                discriminator = discriminator,
+                deliveries = deliveries_for(rule, event, recipient),
+            }
+            by_discriminator[key] = entry
+            plan[#plan + 1] = entry
+        end
+    end
+    return plan
+end
+
+-- gen:plan(event): runs one event through the generation. event is
+-- { id = number, tenant = string, type = string, entity_id = string,
+-- payload_json = string }. Returns the plan, an array (in recipient order,
+-- one entry per distinct recipient + discriminator) of
+--   { recipient = "id", discriminator = nil|"...", deliveries = {
+--       { channel = "webhook", url = "...", body = "<json>", secret = nil|"..." } } }
+-- (an event type without a rule plans nobody: {}), or nil, err, code with code
+-- "unknown_event_type", "invalid_payload" or "rule_error" (rule errors carry
+-- a traceback). A non-table event raises.
+function Generation:plan(event)
+    if type(event) ~= "table" then
+        error("gen:plan: event must be a table, got " .. type(event), 2)
+    end
+    local registry = self.registry
+    local event_type = registry.event_types[event.type]
+    if not event_type then
+        return nil, format("unknown event type %s", describe(event.type)), "unknown_event_type"
+    end
+    local payload, err = check_payload(event_type, event.payload_json)
+    if not payload then
+        return nil, err, "invalid_payload"
+    end
+    local rule = registry.rules[event.type]
+    if not rule then
+        return {}
+    end
+    local ev = {
+        id = event.id,
+        tenant = event.tenant,
+        type = event.type,
+        entity_id = event.entity_id,
+        payload = payload,
+    }
+    local previous = crier._set_registry(registry)
+    local ok, result = xpcall(run_rule, on_rule_error, rule, ev)
+    crier._set_registry(previous)
+    if not ok then
+        if result.raw then
+            return nil, format("rule '%s' (%s) failed: %s", rule.event_type, rule.where, result.message),
+                "rule_error"
+        end
+        return nil, result.message, "rule_error"
+    end
+    return result
+end
+
+-- gen:validate(type, payload_json): checks that type is declared and the
+-- payload satisfies its schema, without running the rule. Returns true, or
+-- nil, err, code ("unknown_event_type" or "invalid_payload").
+function Generation:validate(type_name, payload_json)
+    local event_type = self.registry.event_types[type_name]
+    if not event_type then
+        return nil, format("unknown event type %s", describe(type_name)), "unknown_event_type"
+    end
+    local payload, err = check_payload(event_type, payload_json)
+    if not payload then
+        return nil, err, "invalid_payload"
+    end
+    return true
+end
+
+-- gen:event_types(): the declared event type names, sorted.
+function Generation:event_types()
+    local names = {}
+    for name in pairs(self.registry.event_types) do
+        names[#names + 1] = name
+    end
+    sort(names)
+    return names
+end
+
+-- gen:describe_event_type(name): { name, description, where, fields =
+-- { { name, type, optional } }, rule = { where, description } | nil } for
+-- tooling (crier check / try), or nil when the type is not declared.
+function Generation:describe_event_type(name)
+    local et = self.registry.event_types[name]
+    if not et then
+        return nil
+    end
+    local fields = {}
+    for i, f in ipairs(et.fields) do
+        fields[i] = { name = f.name, type = f.type, optional = f.optional }
+    end
+    local rule = self.registry.rules[name]
+    return {
+        name = name,
+        description = et.description,
+        where = et.where,
+        fields = fields,
+        rule = rule and { where = rule.where, description = rule.description } or nil,
+    }
+end
+
+return runtime

@@ -1,0 +1,26 @@
+/* bench.c — `crier bench`: benchmarks that print, from one run, the figures an
+ * issue names and their ratio to a baseline measured beside them. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int crier_bench_fanout(int argc, char **argv);
+
+static const char bench_help[] =
+    "usage: crier bench fanout [options]   (crier bench fanout --help)\n"
+    "\n"
+    "benchmarks:\n"
+    "  fanout   fan-out rows/s (keys + idempotent batch insert + RETURNING) vs raw COPY\n";
+
+int crier_cmd_bench(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help")) {
+        fputs(bench_help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "fanout"))
+        return crier_bench_fanout(argc - 1, argv + 1);
+    crier_cli_error("bench", "unknown benchmark '%s' (crier bench --help lists them)", argv[1]);
+    return 2;
+}

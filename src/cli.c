@@ -1,0 +1,112 @@
+/* cli.c — common flags, environment fallbacks and helpers of the subcommands (see cli.h). */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+void crier_cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "crier %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int crier_cli_set(crier_cli *cli, const char *name_value)
+{
+    const char *eq = strchr(name_value, '=');
+    if (!eq || eq == name_value) {
+        fprintf(stderr, "crier: --set expects NAME=VALUE, got '%s'\n", name_value);
+        return -1;
+    }
+    size_t name_len = (size_t)(eq - name_value);
+    for (size_t i = 0; i < cli->n_settings; i++) {
+        if (strlen(cli->settings[i].name) == name_len && !strncmp(cli->settings[i].name, name_value, name_len)) {
+            char *copy = strdup(name_value);
+            if (!copy)
+                abort();
+            copy[name_len] = '\0';
+            free(cli->setting_storage[i]);
+            cli->setting_storage[i] = copy;
+            cli->settings[i].name = copy;
+            cli->settings[i].value = copy + name_len + 1;
+            return 0;
+        }
+    }
+    if (cli->n_settings == CRIER_MAX_SETTINGS) {
+        fprintf(stderr, "crier: too many settings (at most %d)\n", CRIER_MAX_SETTINGS);
+        return -1;
+    }
+    char *copy = strdup(name_value);
+    if (!copy)
+        abort();
+    copy[name_len] = '\0';
+    cli->setting_storage[cli->n_settings] = copy;
+    cli->settings[cli->n_settings].name = copy;
+    cli->settings[cli->n_settings].value = copy + name_len + 1;
+    cli->n_settings++;
+    return 0;
+}
+
+void crier_cli_init(crier_cli *cli)
+{
+    memset(cli, 0, sizeof *cli);
+    cli->rules_dir = getenv("CRIER_RULES");
+    if (!cli->rules_dir || !*cli->rules_dir)
+        cli->rules_dir = CRIER_SOURCE_EXAMPLES_DIR "/rules";
+    cli->lua_dir = getenv("CRIER_LUA_DIR");
+    if (!cli->lua_dir || !*cli->lua_dir)
+        cli->lua_dir = CRIER_SOURCE_LUA_DIR;
+    for (char **e = environ; *e; e++) {
+        if (!strncmp(*e, "CRIER_SET_", 10))
+            crier_cli_set(cli, *e + 10);
+    }
+}
+
+int crier_cli_option(crier_cli *cli, int opt, const char *arg)
+{
+    switch (opt) {
+    case CLI_OPT_DATABASE:
+        cli->database = arg;
+        return 1;
+    case CLI_OPT_DATA_DIR:
+        cli->data_dir = arg;
+        return 1;
+    case CLI_OPT_RULES:
+        cli->rules_dir = arg;
+        return 1;
+    case CLI_OPT_LUA_DIR:
+        cli->lua_dir = arg;
+        return 1;
+    case CLI_OPT_SET:
+        return crier_cli_set(cli, arg) == 0 ? 1 : -1;
+    case CLI_OPT_HELP:
+        cli->help = true;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+void crier_cli_free(crier_cli *cli)
+{
+    for (size_t i = 0; i < cli->n_settings; i++)
+        free(cli->setting_storage[i]);
+    cli->n_settings = 0;
+}
+
+crier_rules *crier_cli_load_rules(const crier_cli *cli)
+{
+    char err[16384];
+    crier_rules *rules =
+        crier_rules_load(cli->lua_dir, cli->rules_dir, cli->settings, cli->n_settings, err, sizeof err);
+    if (!rules)
+        fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] != '\n' ? "\n" : "");
+    return rules;
+}

@@ -1,0 +1,83 @@
+/* cli.h — what every subcommand shares: the common flags (database, data
+ * directory, rules, settings), their environment fallbacks, and the commands'
+ * entry points (each returns the process exit status). */
+#ifndef CRIER_CLI_H
+#define CRIER_CLI_H
+
+#include "database.h"
+#include "rules.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+
+#define CRIER_MAX_SETTINGS 64
+
+enum {
+    CLI_OPT_DATABASE = 1000,
+    CLI_OPT_DATA_DIR,
+    CLI_OPT_RULES,
+    CLI_OPT_LUA_DIR,
+    CLI_OPT_SET,
+    CLI_OPT_HELP,
+};
+
+/* The long options every subcommand accepts; put CLI_COMMON_OPTIONS first in
+ * a subcommand's option table. */
+#define CLI_COMMON_OPTIONS                                                                         \
+    {"database", required_argument, NULL, CLI_OPT_DATABASE},                                      \
+        {"data-dir", required_argument, NULL, CLI_OPT_DATA_DIR},                                  \
+        {"rules", required_argument, NULL, CLI_OPT_RULES},                                        \
+        {"lua-dir", required_argument, NULL, CLI_OPT_LUA_DIR},                                    \
+        {"set", required_argument, NULL, CLI_OPT_SET}, {"help", no_argument, NULL, CLI_OPT_HELP}
+
+#define CLI_COMMON_HELP                                                                            \
+    "  --database URL     libpq connection string (default: $CRIER_DATABASE_URL, else the\n"      \
+    "                     embedded cluster)\n"                                                     \
+    "  --data-dir DIR     embedded cluster directory (default: $CRIER_DATA_DIR or ./.crier/pg)\n"  \
+    "  --rules DIR        rules directory (default: $CRIER_RULES or the bundled examples/rules)\n" \
+    "  --lua-dir DIR      the crier Lua library (default: $CRIER_LUA_DIR or the bundled lua/)\n"   \
+    "  --set NAME=VALUE   a setting for the rules (crier.setting); also CRIER_SET_NAME=VALUE\n"    \
+    "  --help             this text\n"
+
+typedef struct {
+    const char *database;
+    const char *data_dir;
+    const char *rules_dir;
+    const char *lua_dir;
+    crier_setting settings[CRIER_MAX_SETTINGS];
+    char *setting_storage[CRIER_MAX_SETTINGS];
+    size_t n_settings;
+    bool help;
+} crier_cli;
+
+/* Fills defaults from the environment (CRIER_RULES, CRIER_LUA_DIR,
+ * CRIER_SET_*). Call before parsing flags. */
+void crier_cli_init(crier_cli *cli);
+
+/* Handles a common option. Returns 1 if opt was one, 0 if not, -1 on a bad
+ * value (message printed to stderr). */
+int crier_cli_option(crier_cli *cli, int opt, const char *arg);
+
+/* Adds or replaces a setting "NAME=VALUE". Returns 0 or -1 (message printed). */
+int crier_cli_set(crier_cli *cli, const char *name_value);
+
+/* Frees setting storage. */
+void crier_cli_free(crier_cli *cli);
+
+/* Loads the rules named by cli, printing problems to stderr. NULL on failure. */
+crier_rules *crier_cli_load_rules(const crier_cli *cli);
+
+/* Prints "crier CMD: message" to stderr. */
+void crier_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+int crier_cmd_serve(int argc, char **argv);
+int crier_cmd_migrate(int argc, char **argv);
+int crier_cmd_emit(int argc, char **argv);
+int crier_cmd_status(int argc, char **argv);
+int crier_cmd_check(int argc, char **argv);
+int crier_cmd_try(int argc, char **argv);
+int crier_cmd_cluster(int argc, char **argv);
+int crier_cmd_demo(int argc, char **argv);
+int crier_cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,331 @@
+/* cmd_admin.c — the operator's small commands: `crier migrate`, `crier emit`,
+ * `crier status` and `crier cluster` (the private PostgreSQL cluster). */
+#include "cli.h"
+#include "log.h"
+#include "migrate.h"
+#include "pg_cluster.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses only the common options; returns 0 to continue, 1 when the caller
+ * should exit with *rc (help shown or a bad flag). */
+static int admin_parse(const char *cmd, const char *help, int argc, char **argv, crier_cli *cli, int *rc)
+{
+    static const struct option options[] = {CLI_COMMON_OPTIONS, {NULL, 0, NULL, 0}};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        int r = crier_cli_option(cli, opt, optarg);
+        if (r <= 0) {
+            fputs(help, stderr);
+            *rc = 2;
+            return 1;
+        }
+    }
+    if (cli->help) {
+        fputs(help, stdout);
+        *rc = 0;
+        return 1;
+    }
+    if (optind < argc) {
+        crier_cli_error(cmd, "unexpected argument '%s' (see crier %s --help)", argv[optind], cmd);
+        *rc = 2;
+        return 1;
+    }
+    return 0;
+}
+
+static const char migrate_help[] =
+    "usage: crier migrate [options]\n"
+    "\n"
+    "Applies pending schema migrations (schema crier) under an advisory lock: safe\n"
+    "to run twice or from two processes at once. Says what it applied.\n"
+    "\noptions:\n" CLI_COMMON_HELP;
+
+int crier_cmd_migrate(int argc, char **argv)
+{
+    crier_cli cli;
+    crier_database db;
+    char err[4096];
+    int rc = 1;
+
+    crier_cli_init(&cli);
+    if (admin_parse("migrate", migrate_help, argc, argv, &cli, &rc))
+        goto out;
+    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
+        crier_cli_error("migrate", "%s", err);
+        goto out;
+    }
+    if (crier_migrate_run(db.conninfo, stdout, err, sizeof err) < 0)
+        crier_cli_error("migrate", "%s", err);
+    else
+        rc = 0;
+    crier_database_close(&db);
+out:
+    crier_cli_free(&cli);
+    return rc;
+}
+
+static const char emit_help[] =
+    "usage: crier emit --tenant T --type EVENT_TYPE --entity ID [--payload JSON|@FILE]\n"
+    "                  [--dedupe-key KEY] [--no-validate] [options]\n"
+    "\n"
+    "Emits one event through crier.emit() and prints its id (the existing id when an\n"
+    "event with the same tenant and dedupe key exists). The event type and payload are\n"
+    "checked against the rules first unless --no-validate is given.\n"
+    "\noptions:\n" CLI_COMMON_HELP;
+
+/* Reads "@file" or returns the literal argument. *owned receives a buffer to free. */
+static const char *emit_read_payload(const char *arg, char **owned)
+{
+    *owned = NULL;
+    if (arg[0] != '@')
+        return arg;
+    FILE *f = fopen(arg + 1, "rb");
+    if (!f) {
+        crier_cli_error("emit", "cannot read payload file %s: %m", arg + 1);
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t n;
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (len + 1 == cap) {
+            char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        abort();
+    buf[len] = '\0';
+    *owned = buf;
+    return buf;
+}
+
+int crier_cmd_emit(int argc, char **argv)
+{
+    static const struct option options[] = {CLI_COMMON_OPTIONS,
+                                            {"tenant", required_argument, NULL, 't'},
+                                            {"type", required_argument, NULL, 'y'},
+                                            {"entity", required_argument, NULL, 'e'},
+                                            {"payload", required_argument, NULL, 'p'},
+                                            {"dedupe-key", required_argument, NULL, 'k'},
+                                            {"no-validate", no_argument, NULL, 'n'},
+                                            {NULL, 0, NULL, 0}};
+    crier_cli cli;
+    crier_database db;
+    const char *tenant = NULL, *type = NULL, *entity = NULL, *payload_arg = "{}", *dedupe = NULL;
+    char *payload_owned = NULL;
+    const char *payload;
+    bool validate = true;
+    char err[8192];
+    int opt, rc = 2;
+
+    crier_cli_init(&cli);
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        int r = crier_cli_option(&cli, opt, optarg);
+        if (r < 0)
+            goto out;
+        if (r > 0)
+            continue;
+        switch (opt) {
+        case 't': tenant = optarg; break;
+        case 'y': type = optarg; break;
+        case 'e': entity = optarg; break;
+        case 'p': payload_arg = optarg; break;
+        case 'k': dedupe = optarg; break;
+        case 'n': validate = false; break;
+        default:
+            fputs(emit_help, stderr);
+            goto out;
+        }
+    }
+    if (cli.help) {
+        fputs(emit_help, stdout);
+        rc = 0;
+        goto out;
+    }
+    if (!tenant || !type || !entity) {
+        crier_cli_error("emit", "--tenant, --type and --entity are required (see crier emit --help)");
+        goto out;
+    }
+    payload = emit_read_payload(payload_arg, &payload_owned);
+    if (!payload)
+        goto out;
+    rc = 1;
+    if (validate) {
+        crier_rules *rules = crier_cli_load_rules(&cli);
+        if (!rules) {
+            crier_cli_error("emit", "the rules in %s do not load (fix them, or pass --no-validate)", cli.rules_dir);
+            goto out;
+        }
+        crier_plan_status st = crier_rules_validate(rules, type, payload, err, sizeof err);
+        crier_rules_free(rules);
+        if (st != CRIER_PLAN_OK) {
+            crier_cli_error("emit", "event refused, nothing was stored: %s", err);
+            goto out;
+        }
+    }
+    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
+        crier_cli_error("emit", "%s", err);
+        goto out;
+    }
+    {
+        PGconn *conn = PQconnectdb(db.conninfo);
+        const char *params[5] = {tenant, type, entity, payload, dedupe};
+        PGresult *res = NULL;
+        if (PQstatus(conn) != CONNECTION_OK) {
+            crier_cli_error("emit", "cannot connect: %s", PQerrorMessage(conn));
+        } else {
+            res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, NULL, params, NULL, NULL, 0);
+            if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+                printf("%s\n", PQgetvalue(res, 0, 0));
+                rc = 0;
+            } else {
+                crier_cli_error("emit", "event refused, nothing was stored: %s", PQresultErrorMessage(res));
+            }
+        }
+        PQclear(res);
+        PQfinish(conn);
+    }
+    crier_database_close(&db);
+out:
+    free(payload_owned);
+    crier_cli_free(&cli);
+    return rc;
+}
+
+static const char status_help[] =
+    "usage: crier status [options]\n"
+    "\n"
+    "Prints the state of the outbox: events, notifications and deliveries by state,\n"
+    "the oldest pending event's age, and the latest errors.\n"
+    "\noptions:\n" CLI_COMMON_HELP;
+
+int crier_cmd_status(int argc, char **argv)
+{
+    crier_cli cli;
+    crier_database db;
+    char err[4096];
+    int rc = 1;
+
+    crier_cli_init(&cli);
+    if (admin_parse("status", status_help, argc, argv, &cli, &rc))
+        goto out;
+    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
+        crier_cli_error("status", "%s", err);
+        goto out;
+    }
+    {
+        PGconn *conn = PQconnectdb(db.conninfo);
+        PGresult *res = NULL;
+        if (PQstatus(conn) != CONNECTION_OK) {
+            crier_cli_error("status", "cannot connect: %s", PQerrorMessage(conn));
+            goto done;
+        }
+        res = PQexec(conn,
+                     "SELECT 'events', state, count(*) FROM crier.events GROUP BY state"
+                     " UNION ALL SELECT 'notifications', 'total', count(*) FROM crier.notifications"
+                     " UNION ALL SELECT 'deliveries', state, count(*) FROM crier.deliveries GROUP BY state"
+                     " ORDER BY 1, 2");
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            crier_cli_error("status", "%s(run crier migrate first?)", PQresultErrorMessage(res));
+            goto done;
+        }
+        for (int i = 0; i < PQntuples(res); i++)
+            printf("%s.%s: %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+        PQclear(res);
+        res = PQexec(conn, "SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0)"
+                           " FROM crier.events WHERE state = 'pending'");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
+        PQclear(res);
+        res = PQexec(conn, "SELECT 'event ' || id || ': ' || left(last_error, 200) FROM crier.events"
+                           " WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            for (int i = 0; i < PQntuples(res); i++)
+                printf("dead: %s\n", PQgetvalue(res, i, 0));
+        rc = 0;
+    done:
+        PQclear(res);
+        PQfinish(conn);
+    }
+    crier_database_close(&db);
+out:
+    crier_cli_free(&cli);
+    return rc;
+}
+
+static const char cluster_help[] =
+    "usage: crier cluster start [--fast] DIR\n"
+    "       crier cluster stop DIR\n"
+    "       crier cluster url DIR\n"
+    "\n"
+    "Manages a private PostgreSQL cluster in DIR (the embedded default's mechanism,\n"
+    "also used by tests and benchmarks): start initialises it on first use and prints\n"
+    "its libpq connection string; it listens on a unix socket only. As root the\n"
+    "server runs as the postgres user. --fast turns off fsync (tests only).\n";
+
+int crier_cmd_cluster(int argc, char **argv)
+{
+    crier_pg_cluster_options opts = {0};
+    const char *action = argc > 1 ? argv[1] : NULL;
+    const char *dir = NULL;
+    char conninfo[2048], err[4096];
+
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--fast"))
+            opts.fast = true;
+        else if (!strcmp(argv[i], "--help"))
+            action = "--help";
+        else if (!dir)
+            dir = argv[i];
+        else {
+            crier_cli_error("cluster", "unexpected argument '%s' (see crier cluster --help)", argv[i]);
+            return 2;
+        }
+    }
+    if (!action || !strcmp(action, "--help") || !strcmp(action, "-h")) {
+        fputs(cluster_help, action ? stdout : stderr);
+        return action ? 0 : 2;
+    }
+    if (!dir) {
+        crier_cli_error("cluster", "%s needs the cluster directory (see crier cluster --help)", action);
+        return 2;
+    }
+    if (!strcmp(action, "start")) {
+        if (crier_pg_cluster_start(dir, &opts, conninfo, sizeof conninfo, err, sizeof err) < 0) {
+            crier_cli_error("cluster", "%s", err);
+            return 1;
+        }
+        printf("%s\n", conninfo);
+        return 0;
+    }
+    if (!strcmp(action, "stop")) {
+        if (crier_pg_cluster_stop(dir, err, sizeof err) < 0) {
+            crier_cli_error("cluster", "%s", err);
+            return 1;
+        }
+        return 0;
+    }
+    if (!strcmp(action, "url")) {
+        if (crier_pg_cluster_conninfo(dir, conninfo, sizeof conninfo, err, sizeof err) < 0) {
+            crier_cli_error("cluster", "%s", err);
+            return 1;
+        }
+        printf("%s\n", conninfo);
+        return 0;
+    }
+    crier_cli_error("cluster", "unknown action '%s': use start, stop or url", action);
+    return 2;
+}

@@ -1,0 +1,245 @@
+/* engine.c — wires the loop, connections, workers, wake-ups and signals (see engine.h). */
+#include "engine.h"
+
+#include "log.h"
+
+#include <ev.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const crier_engine_config *cfg;
+    struct ev_loop *loop;
+    crier_pg *pg_fanout, *pg_delivery, *pg_listen;
+    crier_webhook_sender *sender;
+    crier_fanout *fanout;
+    crier_delivery *delivery;
+    ev_timer poll;
+    ev_timer deadline;
+    ev_prepare before_sleep;
+    ev_signal sig_term, sig_int, sig_hup;
+    bool stopping;
+    bool listening;
+} engine;
+
+static void engine_kick_all(engine *e)
+{
+    crier_fanout_kick(e->fanout);
+    crier_delivery_kick(e->delivery);
+}
+
+static void engine_on_notify(void *ud, const char *channel, const char *payload)
+{
+    engine *e = ud;
+    (void)payload;
+    if (!strcmp(channel, "crier_events"))
+        crier_fanout_kick(e->fanout);
+    else
+        crier_delivery_kick(e->delivery);
+}
+
+static void engine_on_listen(void *ud, PGresult *res, const char *err)
+{
+    engine *e = ud;
+    if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) {
+        crier_warn("engine", "LISTEN failed (%s): relying on polling", res ? PQresultErrorMessage(res) : err);
+        return;
+    }
+    if (!e->listening) {
+        e->listening = true;
+        crier_pg_query(e->pg_listen, "LISTEN crier_deliveries", 0, NULL, engine_on_listen, e);
+    }
+}
+
+/* Subscribes the listen connection to both wake-up channels (one statement each). */
+static void engine_listen(engine *e)
+{
+    e->listening = false;
+    crier_pg_query(e->pg_listen, "LISTEN crier_events", 0, NULL, engine_on_listen, e);
+}
+
+static void engine_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    engine *e = w->data;
+    (void)loop;
+    (void)revents;
+    if (!crier_pg_ok(e->pg_listen) && crier_pg_reconnect(e->pg_listen) == 0)
+        engine_listen(e);
+    if (!e->stopping)
+        engine_kick_all(e);
+}
+
+static void engine_on_committed(void *ud, uint64_t deliveries)
+{
+    engine *e = ud;
+    (void)deliveries;
+    crier_delivery_kick(e->delivery);
+}
+
+/* Runs once per loop pass before the loop blocks: decides whether to stop. */
+static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+    engine *e = w->data;
+    (void)revents;
+    if (e->stopping) {
+        if (crier_fanout_between_batches(e->fanout) && crier_delivery_pending(e->delivery) == 0)
+            ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_delivery_idle(e->delivery))
+        ev_break(loop, EVBREAK_ALL);
+}
+
+static void engine_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)w;
+    (void)revents;
+    crier_warn("engine", "shutdown deadline passed with sends in flight: their leases will expire and "
+                         "another worker will retry them");
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void engine_stop(engine *e)
+{
+    if (e->stopping)
+        return;
+    e->stopping = true;
+    crier_info("engine", "stopping: no new claims; letting in-flight work finish (deadline %.0fs)",
+               e->cfg->shutdown_deadline);
+    crier_fanout_stop(e->fanout);
+    crier_delivery_stop(e->delivery);
+    ev_timer_stop(e->loop, &e->poll);
+    ev_timer_set(&e->deadline, e->cfg->shutdown_deadline, 0.);
+    ev_timer_start(e->loop, &e->deadline);
+}
+
+static void engine_reload(engine *e)
+{
+    char err[8192];
+    const crier_engine_config *cfg = e->cfg;
+    crier_rules *rules =
+        crier_rules_load(cfg->lua_dir, cfg->rules_dir, cfg->settings, cfg->n_settings, err, sizeof err);
+    if (!rules) {
+        crier_error("rules", "reload rejected, the running version stays:\n%s", err);
+        return;
+    }
+    crier_info("rules", "reloaded: version %.12s is used from the next batch", crier_rules_version(rules));
+    crier_fanout_set_rules(e->fanout, rules);
+}
+
+static void engine_signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    engine *e = w->data;
+    (void)loop;
+    (void)revents;
+    if (w->signum == SIGHUP)
+        engine_reload(e);
+    else
+        engine_stop(e);
+}
+
+int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, char *err, size_t err_len)
+{
+    engine e;
+    crier_rules *rules;
+    int rc = -1;
+
+    memset(&e, 0, sizeof e);
+    e.cfg = cfg;
+    e.loop = ev_default_loop(EVFLAG_AUTO);
+    if (!e.loop) {
+        snprintf(err, err_len, "cannot create the event loop");
+        return -1;
+    }
+    rules = crier_rules_load(cfg->lua_dir, cfg->rules_dir, cfg->settings, cfg->n_settings, err, err_len);
+    if (!rules)
+        return -1;
+    crier_info("rules", "loaded %s: version %.12s", cfg->rules_dir, crier_rules_version(rules));
+
+    e.pg_fanout = crier_pg_connect(e.loop, cfg->conninfo, "fanout", err, err_len);
+    if (!e.pg_fanout)
+        goto out;
+    e.pg_delivery = crier_pg_connect(e.loop, cfg->conninfo, "delivery", err, err_len);
+    if (!e.pg_delivery)
+        goto out;
+    e.pg_listen = crier_pg_connect(e.loop, cfg->conninfo, "listen", err, err_len);
+    if (!e.pg_listen)
+        goto out;
+    crier_pg_on_notify(e.pg_listen, engine_on_notify, &e);
+
+    e.fanout = crier_fanout_new(e.loop, e.pg_fanout, rules, &cfg->fanout, engine_on_committed, &e);
+    if (!e.fanout) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
+    rules = NULL; /* owned by the fan-out worker now */
+    e.delivery = crier_delivery_new(e.loop, e.pg_delivery, NULL, &cfg->delivery);
+    if (!e.delivery) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
+    e.sender = crier_webhook_sender_new(e.loop, &cfg->webhook, crier_delivery_on_webhook_done, e.delivery);
+    if (!e.sender) {
+        snprintf(err, err_len, "cannot create the webhook sender (see the log above)");
+        goto out;
+    }
+    crier_delivery_set_sender(e.delivery, e.sender);
+
+    engine_listen(&e);
+    ev_timer_init(&e.poll, engine_poll_cb, 0., cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
+    e.poll.data = &e;
+    ev_timer_start(e.loop, &e.poll);
+    ev_timer_init(&e.deadline, engine_deadline_cb, 10., 0.);
+    e.deadline.data = &e;
+    ev_prepare_init(&e.before_sleep, engine_before_sleep_cb);
+    e.before_sleep.data = &e;
+    ev_prepare_start(e.loop, &e.before_sleep);
+    if (cfg->handle_signals) {
+        ev_signal_init(&e.sig_term, engine_signal_cb, SIGTERM);
+        ev_signal_init(&e.sig_int, engine_signal_cb, SIGINT);
+        ev_signal_init(&e.sig_hup, engine_signal_cb, SIGHUP);
+        e.sig_term.data = e.sig_int.data = e.sig_hup.data = &e;
+        ev_signal_start(e.loop, &e.sig_term);
+        ev_signal_start(e.loop, &e.sig_int);
+        ev_signal_start(e.loop, &e.sig_hup);
+    }
+    engine_kick_all(&e);
+    crier_info("engine", "running (poll every %.1fs)", cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
+    ev_run(e.loop, 0);
+
+    if (stats) {
+        stats->fanout = *crier_fanout_get_stats(e.fanout);
+        stats->delivery = *crier_delivery_get_stats(e.delivery);
+    }
+    {
+        const crier_fanout_stats *fs = crier_fanout_get_stats(e.fanout);
+        const crier_delivery_stats *ds = crier_delivery_get_stats(e.delivery);
+        crier_info("engine",
+                   "stopped: %llu events fanned out (%llu dead), %llu notifications new, %llu duplicates "
+                   "skipped; %llu delivered, %llu retried, %llu dead",
+                   (unsigned long long)fs->events_done, (unsigned long long)fs->events_dead,
+                   (unsigned long long)fs->notifications_created,
+                   (unsigned long long)fs->notifications_duplicate, (unsigned long long)ds->delivered,
+                   (unsigned long long)ds->retried, (unsigned long long)ds->dead);
+    }
+    rc = 0;
+
+out:
+    if (cfg->handle_signals) {
+        ev_signal_stop(e.loop, &e.sig_term);
+        ev_signal_stop(e.loop, &e.sig_int);
+        ev_signal_stop(e.loop, &e.sig_hup);
+    }
+    ev_timer_stop(e.loop, &e.poll);
+    ev_timer_stop(e.loop, &e.deadline);
+    ev_prepare_stop(e.loop, &e.before_sleep);
+    crier_webhook_sender_free(e.sender);
+    crier_delivery_free(e.delivery);
+    crier_fanout_free(e.fanout);
+    crier_rules_free(rules);
+    crier_pg_free(e.pg_listen);
+    crier_pg_free(e.pg_delivery);
+    crier_pg_free(e.pg_fanout);
+    return rc;
+}

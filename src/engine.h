@@ -1,0 +1,42 @@
+/* engine.h — the daemon's core: one libev loop running the fan-out worker and
+ * the delivery worker on their own nonblocking PostgreSQL connections, woken by
+ * LISTEN/NOTIFY with a slow poll as fallback, with signal handling (TERM/INT:
+ * graceful stop; HUP: rules reload as a new generation). */
+#ifndef CRIER_ENGINE_H
+#define CRIER_ENGINE_H
+
+#include "delivery.h"
+#include "fanout.h"
+#include "rules.h"
+#include "webhook.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct {
+    const char *conninfo;
+    const char *lua_dir;
+    const char *rules_dir;
+    const crier_setting *settings;
+    size_t n_settings;
+    crier_fanout_options fanout;
+    crier_delivery_options delivery;
+    crier_webhook_options webhook;
+    double poll_interval;     /* seconds between fallback polls (default 1) */
+    double shutdown_deadline; /* seconds to let sends finish on TERM (default 10) */
+    bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
+    bool handle_signals;      /* install TERM/INT/HUP watchers */
+} crier_engine_config;
+
+typedef struct {
+    crier_fanout_stats fanout;
+    crier_delivery_stats delivery;
+} crier_engine_stats;
+
+/* Loads the rules, connects, and runs the loop until a TERM/INT signal (or,
+ * with exit_when_idle, until nothing is due). stats (may be NULL) receives the
+ * totals. Returns 0 on a clean stop, -1 with err set when startup fails. */
+int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, char *err,
+                     size_t err_len);
+
+#endif

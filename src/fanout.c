@@ -1,0 +1,519 @@
+/* fanout.c — event fan-out: claim, lock, plan, one-statement batch insert (see fanout.h).
+ *
+ * One batch is one transaction on the worker's connection:
+ *   BEGIN
+ *   claim   SELECT … FROM crier.events WHERE state='pending' … FOR UPDATE SKIP LOCKED LIMIT n
+ *   lock    SELECT id FROM unnest(ids, lock_keys) WHERE pg_try_advisory_xact_lock(key)
+ *   (rules run in C/Lua, keys are hashed in C)
+ *   write   one statement: notifications ON CONFLICT DO NOTHING RETURNING → deliveries
+ *           for the new rows only → events marked done / failed / dead
+ *   COMMIT
+ * No network send happens inside it; a crash anywhere rolls it back and the
+ * events are claimed again by any worker. */
+#include "fanout.h"
+
+#include "keys.h"
+#include "log.h"
+#include "pg_array.h"
+#include "strbuf.h"
+
+#include <ev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum {
+    FANOUT_IDLE = 0,
+    FANOUT_BEGIN,
+    FANOUT_CLAIM,
+    FANOUT_LOCK,
+    FANOUT_WRITE,
+    FANOUT_COMMIT,
+    FANOUT_ROLLBACK
+} fanout_state;
+
+typedef struct {
+    int64_t id;
+    size_t tenant, event_type, entity_id, payload; /* offsets into strings */
+    int attempts;
+    int64_t lock_key;
+    bool locked;
+} fanout_event;
+
+struct crier_fanout {
+    struct ev_loop *loop;
+    crier_pg *pg;
+    crier_rules *rules;
+    crier_rules *next_rules;
+    crier_fanout_options opts;
+    crier_fanout_committed_fn committed;
+    void *committed_ud;
+
+    fanout_state state;
+    bool kicked;       /* a pass was requested while a batch ran */
+    bool stopping;
+    bool last_empty;   /* the last claim found nothing */
+    bool batch_full;   /* the last claim filled the batch: go again at once */
+    ev_timer retry;    /* back-off after a database error */
+
+    fanout_event *events;
+    size_t n_events, cap_events;
+    crier_strbuf strings;
+    crier_plan plan;
+    uint64_t batch_deliveries;
+
+    /* Parameter arrays of the statements in flight (kept until the callback). */
+    crier_pg_array cols[20];
+    const char *params[20];
+    char limit_text[24];
+    char max_attempts_text[24];
+
+    crier_fanout_stats stats;
+};
+
+static const char SQL_CLAIM[] =
+    "SELECT id, tenant, event_type, entity_id, payload::text, attempts"
+    " FROM crier.events WHERE state = 'pending' AND available_at <= now()"
+    " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+
+static const char SQL_LOCK[] =
+    "SELECT t.id FROM unnest($1::bigint[], $2::bigint[]) AS t(id, k)"
+    " WHERE pg_try_advisory_xact_lock(t.k)";
+
+/* The batch's single write statement. Parameters:
+ * $1..$8  notifications: key_hash, key, event_id, tenant, event_type, entity_id,
+ *         recipient_id, discriminator
+ * $9      rules version
+ * $10..$14 deliveries: key_hash, channel, target, body, secret
+ * $15     ids of events done
+ * $16..$18 failed events: id, error, permanent
+ * $19     max attempts */
+static const char SQL_WRITE[] =
+    "WITH ins AS ("
+    "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"
+    "      entity_id, recipient_id, discriminator, rules_version)"
+    "  SELECT p.*, $9 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],"
+    "      $6::text[], $7::text[], $8::text[])"
+    "      AS p(key_hash, key, event_id, tenant, event_type, entity_id, recipient_id, discriminator)"
+    "  ON CONFLICT (key_hash) DO NOTHING"
+    "  RETURNING n.id, n.key_hash, n.tenant"
+    "), dlv AS ("
+    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret)"
+    "  SELECT ins.id, ins.tenant, d.channel, 'msg_' || replace(ins.key_hash::text, '-', ''),"
+    "      d.target, d.body, d.secret"
+    "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[])"
+    "      AS d(key_hash, channel, target, body, secret)"
+    "  JOIN ins ON ins.key_hash = d.key_hash"
+    "  RETURNING 1"
+    "), done AS ("
+    "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
+    "      rules_version = $9, last_error = NULL"
+    "  WHERE id = ANY($15::bigint[])"
+    "  RETURNING 1"
+    "), failed AS ("
+    "  UPDATE crier.events AS e SET attempts = e.attempts + 1, last_error = f.error,"
+    "      rules_version = $9,"
+    "      state = CASE WHEN f.permanent OR e.attempts + 1 >= $19::int THEN 'dead' ELSE 'pending' END,"
+    "      processed_at = CASE WHEN f.permanent OR e.attempts + 1 >= $19::int THEN now() END,"
+    "      available_at = now() + make_interval(secs => least(300, power(2, e.attempts + 1))"
+    "          * (0.5 + random() / 2))"
+    "  FROM unnest($16::bigint[], $17::text[], $18::bool[]) AS f(id, error, permanent)"
+    "  WHERE e.id = f.id"
+    "  RETURNING e.state"
+    ")"
+    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done),"
+    "        (SELECT count(*) FROM failed WHERE state = 'dead')";
+
+static void fanout_step(crier_fanout *f);
+
+static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, int n_params);
+
+static void fanout_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    crier_fanout *f = w->data;
+    (void)loop;
+    (void)revents;
+    if (!crier_pg_ok(f->pg) && crier_pg_reconnect(f->pg) < 0) {
+        ev_timer_set(&f->retry, 2.0, 0.);
+        ev_timer_start(f->loop, &f->retry);
+        return;
+    }
+    crier_fanout_kick(f);
+}
+
+/* Abandons the batch after a database error: roll back if the connection still
+ * works, and retry after a pause. */
+static void fanout_abort(crier_fanout *f, const char *why)
+{
+    crier_error("fanout", "batch abandoned: %s", why);
+    f->n_events = 0;
+    if (crier_pg_ok(f->pg) && f->state != FANOUT_ROLLBACK && f->state != FANOUT_IDLE &&
+        f->state != FANOUT_BEGIN) {
+        fanout_send(f, FANOUT_ROLLBACK, "ROLLBACK", 0);
+        return;
+    }
+    f->state = FANOUT_IDLE;
+    if (!ev_is_active(&f->retry)) {
+        ev_timer_set(&f->retry, 1.0, 0.);
+        ev_timer_start(f->loop, &f->retry);
+    }
+}
+
+static void fanout_result(void *ud, PGresult *res, const char *err);
+
+static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, int n_params)
+{
+    f->state = next;
+    if (crier_pg_query(f->pg, sql, n_params, n_params ? f->params : NULL, fanout_result, f) < 0) {
+        f->state = FANOUT_IDLE;
+        fanout_abort(f, "cannot send a query");
+    }
+}
+
+static fanout_event *fanout_event_add(crier_fanout *f)
+{
+    if (f->n_events == f->cap_events) {
+        size_t cap = f->cap_events ? f->cap_events * 2 : 64;
+        fanout_event *p = realloc(f->events, cap * sizeof *p);
+        if (!p)
+            abort();
+        f->events = p;
+        f->cap_events = cap;
+    }
+    return &f->events[f->n_events++];
+}
+
+static void fanout_on_claim(crier_fanout *f, PGresult *res)
+{
+    int n = PQntuples(res);
+
+    f->n_events = 0;
+    crier_strbuf_reset(&f->strings);
+    f->last_empty = n == 0;
+    f->batch_full = n >= f->opts.batch_size;
+    if (n == 0) {
+        fanout_send(f, FANOUT_COMMIT, "COMMIT", 0);
+        return;
+    }
+    crier_pg_array_begin(&f->cols[0]);
+    crier_pg_array_begin(&f->cols[1]);
+    for (int i = 0; i < n; i++) {
+        fanout_event *e = fanout_event_add(f);
+        e->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+        e->tenant = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1));
+        e->event_type = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2));
+        e->entity_id = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3));
+        e->payload = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 4), (size_t)PQgetlength(res, i, 4));
+        e->attempts = atoi(PQgetvalue(res, i, 5));
+        e->locked = false;
+        e->lock_key = crier_key_lock(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3));
+        crier_pg_array_add_int64(&f->cols[0], e->id);
+        crier_pg_array_add_int64(&f->cols[1], e->lock_key);
+    }
+    f->params[0] = crier_pg_array_end(&f->cols[0]);
+    f->params[1] = crier_pg_array_end(&f->cols[1]);
+    fanout_send(f, FANOUT_LOCK, SQL_LOCK, 2);
+}
+
+static fanout_event *fanout_find(crier_fanout *f, int64_t id)
+{
+    /* Claimed rows come back ordered by id: binary search. */
+    size_t lo = 0, hi = f->n_events;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (f->events[mid].id < id)
+            lo = mid + 1;
+        else if (f->events[mid].id > id)
+            hi = mid;
+        else
+            return &f->events[mid];
+    }
+    return NULL;
+}
+
+/* Open-addressing set of 128-bit key hashes seen in this batch, so that one
+ * batch never carries the same notification twice. */
+typedef struct {
+    uint8_t (*slots)[CRIER_KEY_HASH_LEN];
+    bool *used;
+    size_t cap;
+} key_set;
+
+static bool key_set_insert(key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
+{
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    for (size_t i = v & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        if (!s->used[i]) {
+            s->used[i] = true;
+            memcpy(s->slots[i], h, CRIER_KEY_HASH_LEN);
+            return true;
+        }
+        if (!memcmp(s->slots[i], h, CRIER_KEY_HASH_LEN))
+            return false;
+    }
+}
+
+static void fanout_plan_and_write(crier_fanout *f)
+{
+    char err[4096];
+    crier_pg_array *c = f->cols;
+    key_set seen = {0};
+    char key[2048], uuid[CRIER_KEY_UUID_LEN + 1];
+
+    crier_plan_reset(&f->plan);
+    for (int i = 0; i < 19; i++)
+        crier_pg_array_begin(&c[i]);
+
+    for (size_t i = 0; i < f->n_events; i++) {
+        fanout_event *e = &f->events[i];
+        if (!e->locked)
+            continue;
+        crier_rule_event ev = {
+            .id = e->id,
+            .tenant = crier_strbuf_at(&f->strings, e->tenant),
+            .event_type = crier_strbuf_at(&f->strings, e->event_type),
+            .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
+            .payload_json = crier_strbuf_at(&f->strings, e->payload),
+            .slot = i,
+        };
+        crier_plan_status st = crier_rules_plan(f->rules, &ev, &f->plan, err, sizeof err);
+        if (st == CRIER_PLAN_OK) {
+            crier_pg_array_add_int64(&c[14], e->id);
+            continue;
+        }
+        crier_warn("fanout", "event %lld (%s %s): %s", (long long)e->id, ev.event_type, ev.entity_id, err);
+        crier_pg_array_add_int64(&c[15], e->id);
+        crier_pg_array_add_str(&c[16], err);
+        crier_pg_array_add_str(&c[17], st == CRIER_PLAN_RULE_ERROR ? "false" : "true");
+    }
+
+    seen.cap = 16;
+    while (seen.cap < 2 * f->plan.n_recipients + 2)
+        seen.cap *= 2;
+    seen.slots = calloc(seen.cap, sizeof *seen.slots);
+    seen.used = calloc(seen.cap, sizeof *seen.used);
+    if (!seen.slots || !seen.used)
+        abort();
+
+    for (size_t r = 0; r < f->plan.n_recipients; r++) {
+        const crier_plan_recipient *pr = &f->plan.recipients[r];
+        fanout_event *e = &f->events[pr->slot];
+        crier_key_parts kp = {
+            .tenant = crier_strbuf_at(&f->strings, e->tenant),
+            .event_type = crier_strbuf_at(&f->strings, e->event_type),
+            .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
+            .recipient_id = pr->recipient,
+            .discriminator = pr->discriminator,
+        };
+        uint8_t h[CRIER_KEY_HASH_LEN];
+        crier_key_hash(&kp, h);
+        if (!key_set_insert(&seen, h))
+            continue; /* the same notification twice in one batch: keep the first */
+        crier_key_hash_uuid(h, uuid);
+        size_t klen = crier_key_readable(&kp, key, sizeof key);
+        crier_pg_array_add_str(&c[0], uuid);
+        crier_pg_array_add_text(&c[1], key, klen < sizeof key ? klen : sizeof key - 1);
+        crier_pg_array_add_int64(&c[2], e->id);
+        crier_pg_array_add_str(&c[3], kp.tenant);
+        crier_pg_array_add_str(&c[4], kp.event_type);
+        crier_pg_array_add_str(&c[5], kp.entity_id);
+        crier_pg_array_add_str(&c[6], kp.recipient_id);
+        crier_pg_array_add_str(&c[7], kp.discriminator);
+        for (size_t d = pr->first_delivery; d < pr->first_delivery + pr->n_deliveries; d++) {
+            const crier_plan_delivery *pd = &f->plan.deliveries[d];
+            crier_pg_array_add_str(&c[9], uuid);
+            crier_pg_array_add_str(&c[10], pd->channel);
+            crier_pg_array_add_str(&c[11], pd->url);
+            crier_pg_array_add_text(&c[12], pd->body, pd->body_len);
+            crier_pg_array_add_str(&c[13], pd->secret);
+        }
+    }
+    free(seen.slots);
+    free(seen.used);
+
+    for (int i = 0; i < 19; i++)
+        f->params[i] = crier_pg_array_end(&c[i]);
+    f->params[8] = crier_rules_version(f->rules);
+    snprintf(f->max_attempts_text, sizeof f->max_attempts_text, "%d", f->opts.max_attempts);
+    f->params[18] = f->max_attempts_text;
+    fanout_send(f, FANOUT_WRITE, SQL_WRITE, 19);
+}
+
+static void fanout_on_lock(crier_fanout *f, PGresult *res)
+{
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) {
+        fanout_event *e = fanout_find(f, strtoll(PQgetvalue(res, i, 0), NULL, 10));
+        if (e)
+            e->locked = true;
+    }
+    f->stats.events_skipped_locked += f->n_events - (size_t)n;
+    fanout_plan_and_write(f);
+}
+
+static void fanout_on_write(crier_fanout *f, PGresult *res)
+{
+    uint64_t created = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    uint64_t deliveries = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+    uint64_t done = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
+    uint64_t dead = strtoull(PQgetvalue(res, 0, 3), NULL, 10);
+    uint64_t failed = f->cols[15].count;
+
+    f->stats.batches++;
+    f->stats.events_done += done;
+    f->stats.events_dead += dead;
+    f->stats.events_failed += failed - dead;
+    f->stats.notifications_created += created;
+    f->stats.notifications_duplicate += f->cols[0].count - created;
+    f->stats.deliveries_created += deliveries;
+    f->batch_deliveries = deliveries;
+    crier_debug("fanout", "batch: %zu events, %llu done, %llu notifications new, %llu duplicate, %llu deliveries",
+                f->n_events, (unsigned long long)done, (unsigned long long)created,
+                (unsigned long long)(f->cols[0].count - created), (unsigned long long)deliveries);
+    fanout_send(f, FANOUT_COMMIT, "COMMIT", 0);
+}
+
+static void fanout_result(void *ud, PGresult *res, const char *err)
+{
+    crier_fanout *f = ud;
+    fanout_state was = f->state;
+    char msg[1024];
+
+    if (!res) {
+        f->state = FANOUT_IDLE;
+        fanout_abort(f, err);
+        return;
+    }
+    ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        snprintf(msg, sizeof msg, "%s", PQresultErrorMessage(res));
+        if (was == FANOUT_ROLLBACK) {
+            f->state = FANOUT_IDLE;
+            fanout_abort(f, msg);
+        } else {
+            fanout_abort(f, msg);
+        }
+        return;
+    }
+    switch (was) {
+    case FANOUT_BEGIN:
+        snprintf(f->limit_text, sizeof f->limit_text, "%d", f->opts.batch_size);
+        f->params[0] = f->limit_text;
+        fanout_send(f, FANOUT_CLAIM, SQL_CLAIM, 1);
+        break;
+    case FANOUT_CLAIM:
+        fanout_on_claim(f, res);
+        break;
+    case FANOUT_LOCK:
+        fanout_on_lock(f, res);
+        break;
+    case FANOUT_WRITE:
+        fanout_on_write(f, res);
+        break;
+    case FANOUT_COMMIT:
+        f->state = FANOUT_IDLE;
+        f->n_events = 0;
+        if (f->batch_deliveries && f->committed)
+            f->committed(f->committed_ud, f->batch_deliveries);
+        f->batch_deliveries = 0;
+        if (f->batch_full)
+            f->kicked = true;
+        fanout_step(f);
+        break;
+    case FANOUT_ROLLBACK:
+        f->state = FANOUT_IDLE;
+        if (!ev_is_active(&f->retry)) {
+            ev_timer_set(&f->retry, 1.0, 0.);
+            ev_timer_start(f->loop, &f->retry);
+        }
+        break;
+    case FANOUT_IDLE:
+        break;
+    }
+}
+
+/* Starts a batch if one is wanted and none is running. */
+static void fanout_step(crier_fanout *f)
+{
+    if (f->state != FANOUT_IDLE || !f->kicked || f->stopping || ev_is_active(&f->retry))
+        return;
+    if (f->next_rules) {
+        crier_rules_free(f->rules);
+        f->rules = f->next_rules;
+        f->next_rules = NULL;
+        crier_info("fanout", "now using rules version %.12s", crier_rules_version(f->rules));
+    }
+    f->kicked = false;
+    fanout_send(f, FANOUT_BEGIN, "BEGIN", 0);
+}
+
+crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules,
+                               const crier_fanout_options *opts, crier_fanout_committed_fn committed,
+                               void *ud)
+{
+    crier_fanout *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->loop = loop;
+    f->pg = pg;
+    f->rules = rules;
+    f->opts.batch_size = opts && opts->batch_size > 0 ? opts->batch_size : 500;
+    f->opts.max_attempts = opts && opts->max_attempts > 0 ? opts->max_attempts : 5;
+    f->committed = committed;
+    f->committed_ud = ud;
+    ev_timer_init(&f->retry, fanout_retry_cb, 1.0, 0.);
+    f->retry.data = f;
+    return f;
+}
+
+void crier_fanout_kick(crier_fanout *f)
+{
+    f->kicked = true;
+    fanout_step(f);
+}
+
+void crier_fanout_set_rules(crier_fanout *f, crier_rules *rules)
+{
+    if (f->next_rules)
+        crier_rules_free(f->next_rules);
+    f->next_rules = rules;
+    f->kicked = true;
+    fanout_step(f);
+}
+
+bool crier_fanout_idle(const crier_fanout *f)
+{
+    return f->state == FANOUT_IDLE && !f->kicked && f->last_empty && !ev_is_active(&f->retry);
+}
+
+bool crier_fanout_between_batches(const crier_fanout *f)
+{
+    return f->state == FANOUT_IDLE;
+}
+
+void crier_fanout_stop(crier_fanout *f)
+{
+    f->stopping = true;
+    ev_timer_stop(f->loop, &f->retry);
+}
+
+const crier_fanout_stats *crier_fanout_get_stats(const crier_fanout *f)
+{
+    return &f->stats;
+}
+
+void crier_fanout_free(crier_fanout *f)
+{
+    if (!f)
+        return;
+    ev_timer_stop(f->loop, &f->retry);
+    crier_rules_free(f->rules);
+    crier_rules_free(f->next_rules);
+    for (size_t i = 0; i < sizeof f->cols / sizeof f->cols[0]; i++)
+        crier_pg_array_free(&f->cols[i]);
+    crier_strbuf_free(&f->strings);
+    crier_plan_free(&f->plan);
+    free(f->events);
+    free(f);
+}

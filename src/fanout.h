@@ -1,0 +1,66 @@
+/* fanout.h — the event fan-out worker: claims pending events in batches
+ * (FOR UPDATE SKIP LOCKED), guards each logical event with an advisory lock on
+ * its natural key, runs the rules, computes notification keys, and in the same
+ * transaction inserts the batch's notifications with one unnest statement
+ * (ON CONFLICT DO NOTHING RETURNING) plus deliveries for the new rows only. */
+#ifndef CRIER_FANOUT_H
+#define CRIER_FANOUT_H
+
+#include "pg_async.h"
+#include "rules.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ev_loop;
+
+typedef struct crier_fanout crier_fanout;
+
+typedef struct {
+    int batch_size;   /* events claimed per transaction (default 500) */
+    int max_attempts; /* a failing event is dead after this many tries (default 5) */
+} crier_fanout_options;
+
+typedef struct {
+    uint64_t batches;
+    uint64_t events_done;
+    uint64_t events_failed;  /* rule errors that will be retried */
+    uint64_t events_dead;
+    uint64_t events_skipped_locked; /* another worker held the natural-key lock */
+    uint64_t notifications_created;
+    uint64_t notifications_duplicate;
+    uint64_t deliveries_created;
+} crier_fanout_stats;
+
+/* Called after each committed batch that created deliveries. */
+typedef void (*crier_fanout_committed_fn)(void *ud, uint64_t deliveries_created);
+
+/* Creates the worker on its own connection pg (not owned). rules becomes owned
+ * by the worker. Returns NULL on allocation failure. */
+crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules,
+                               const crier_fanout_options *opts,
+                               crier_fanout_committed_fn committed, void *ud);
+
+/* Asks for a pass: starts a batch now if idle, or right after the current one. */
+void crier_fanout_kick(crier_fanout *f);
+
+/* Hands over a new rules generation (owned by the worker from now on). It is
+ * used from the next batch on; the batch in flight finishes on the old one,
+ * which is then freed. */
+void crier_fanout_set_rules(crier_fanout *f, crier_rules *rules);
+
+/* True when no batch is in flight and the last claim found no due event. */
+bool crier_fanout_idle(const crier_fanout *f);
+
+/* True when no batch is in flight. */
+bool crier_fanout_between_batches(const crier_fanout *f);
+
+/* Stops starting new batches (the one in flight completes). */
+void crier_fanout_stop(crier_fanout *f);
+
+const crier_fanout_stats *crier_fanout_get_stats(const crier_fanout *f);
+
+/* Frees the worker and its rules (the connection is the caller's). */
+void crier_fanout_free(crier_fanout *f);
+
+#endif

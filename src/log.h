@@ -1,0 +1,20 @@
+/* log.h — leveled logging to stderr, one line per message, for every module. */
+#ifndef CRIER_LOG_H
+#define CRIER_LOG_H
+
+typedef enum { CRIER_LOG_DEBUG = 0, CRIER_LOG_INFO, CRIER_LOG_WARN, CRIER_LOG_ERROR } crier_log_level;
+
+/* Sets the lowest level that is printed (default INFO; CRIER_LOG=debug|info|warn|error). */
+void crier_log_set_level(crier_log_level level);
+/* Reads CRIER_LOG from the environment, if set. */
+void crier_log_init_from_env(void);
+/* Prints "crier[pid] LEVEL module: message" to stderr when level is enabled. */
+void crier_log(crier_log_level level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define crier_debug(mod, ...) crier_log(CRIER_LOG_DEBUG, mod, __VA_ARGS__)
+#define crier_info(mod, ...) crier_log(CRIER_LOG_INFO, mod, __VA_ARGS__)
+#define crier_warn(mod, ...) crier_log(CRIER_LOG_WARN, mod, __VA_ARGS__)
+#define crier_error(mod, ...) crier_log(CRIER_LOG_ERROR, mod, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,53 @@
+/* pg_async.h — one nonblocking libpq connection on a libev loop: one query in
+ * flight at a time (PQsendQueryParams, PQflush, PQconsumeInput, PQisBusy), its
+ * result handed to a callback, and LISTEN/NOTIFY notifications to another. */
+#ifndef CRIER_PG_ASYNC_H
+#define CRIER_PG_ASYNC_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ev_loop;
+
+typedef struct crier_pg crier_pg;
+
+/* Result callback. res is the query's last result (owned by the callee: the
+ * connection clears it after the callback returns), or NULL when the connection
+ * failed; err then says why. Called from the loop, never from crier_pg_query. */
+typedef void (*crier_pg_result_fn)(void *ud, PGresult *res, const char *err);
+/* Called for each NOTIFY received on a channel this connection LISTENs to. */
+typedef void (*crier_pg_notify_fn)(void *ud, const char *channel, const char *payload);
+
+/* Connects (blocking, at startup) and switches the connection to nonblocking
+ * mode. name labels log lines. Returns NULL with err set on failure. */
+crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const char *name,
+                           char *err, size_t err_len);
+
+/* Sends a parameterised query (text parameters, text results). The parameter
+ * strings must stay valid until the callback runs. Returns 0 if sent, -1 if a
+ * query is already in flight or the connection is broken (err logged). */
+int crier_pg_query(crier_pg *pg, const char *sql, int n_params, const char *const *params,
+                   crier_pg_result_fn cb, void *ud);
+
+/* True while a query is in flight. */
+bool crier_pg_busy(const crier_pg *pg);
+
+/* True when the connection is usable. */
+bool crier_pg_ok(const crier_pg *pg);
+
+/* Tries to re-establish a broken connection (blocking, bounded by the
+ * conninfo's connect_timeout). Returns 0 when connected. */
+int crier_pg_reconnect(crier_pg *pg);
+
+/* Sets the NOTIFY callback (called between queries as notifications arrive). */
+void crier_pg_on_notify(crier_pg *pg, crier_pg_notify_fn fn, void *ud);
+
+/* The underlying connection, for escaping helpers and blocking setup statements
+ * before the loop runs. */
+PGconn *crier_pg_conn(crier_pg *pg);
+
+/* Closes the connection and frees pg. NULL is a no-op. */
+void crier_pg_free(crier_pg *pg);
+
+#endif

@@ -1,0 +1,714 @@
+/* rules.c — one generation of Lua rules (see rules.h): a fresh lua_State with
+ * the crier library, every rule file of a directory handed to
+ * crier.runtime.new_generation, and the calls that plan and validate events
+ * through it, copying the results into the caller's plan accumulator. */
+#include "rules.h"
+
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <openssl/evp.h>
+
+#define RULES_MAX_FILE_BYTES (16u * 1024u * 1024u)
+#define PLAN_BLOCK_MIN 65536u
+
+struct crier_rules {
+    lua_State *L;
+    int generation_ref; /* registry reference to the runtime's generation object */
+    size_t n_files;
+    char version[65];
+};
+
+/* A rule file read from disk. */
+typedef struct {
+    char *name; /* file name inside the rules directory */
+    char *path; /* full path */
+    char *source;
+    size_t source_len;
+} rules_file;
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    va_list ap;
+    if (!err || err_len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Message handler for lua_pcall: the error message with a Lua traceback. */
+static int rules_traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            msg = lua_tostring(L, -1);
+        else
+            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Calls the function below nargs arguments on the stack with a traceback
+ * handler. Returns lua_pcall's status; on error the message is on the stack. */
+static int rules_pcall(lua_State *L, int nargs, int nresults)
+{
+    int base = lua_gettop(L) - nargs; /* the function's index */
+    int status;
+    lua_pushcfunction(L, rules_traceback);
+    lua_insert(L, base);
+    status = lua_pcall(L, nargs, nresults, base);
+    lua_remove(L, base);
+    return status;
+}
+
+static const char *lua_error_text(lua_State *L, int status)
+{
+    const char *msg = lua_tostring(L, -1);
+    if (status == LUA_ERRMEM)
+        return "out of memory in the rules' Lua state";
+    return msg ? msg : "(error without a message)";
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading the rules directory */
+
+static int is_rule_file(const char *name)
+{
+    size_t len = strlen(name);
+    if (name[0] == '.') /* editor and deploy temp files */
+        return 0;
+    if (len <= 4 || strcmp(name + len - 4, ".lua") != 0)
+        return 0;
+    if (len >= 9 && strcmp(name + len - 9, "_spec.lua") == 0)
+        return 0;
+    return 1;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    const rules_file *fa = a, *fb = b;
+    return strcmp(fa->name, fb->name);
+}
+
+static void free_files(rules_file *files, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(files[i].name);
+        free(files[i].path);
+        free(files[i].source);
+    }
+    free(files);
+}
+
+/* Reads path into a new NUL-terminated buffer. Returns 0, or -1 with err set. */
+static int read_file(const char *path, char **out, size_t *out_len, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!f) {
+        set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        size_t n;
+        if (cap - len < 4096) {
+            char *grown;
+            cap = cap ? cap * 2 : 8192;
+            if (cap > RULES_MAX_FILE_BYTES + 4096) {
+                set_err(err, err_len, "%s: larger than %u bytes", path, RULES_MAX_FILE_BYTES);
+                goto err;
+            }
+            grown = realloc(buf, cap);
+            if (!grown) {
+                set_err(err, err_len, "%s: out of memory", path);
+                goto err;
+            }
+            buf = grown;
+        }
+        n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n == 0) {
+            if (ferror(f)) {
+                set_err(err, err_len, "%s: read error: %s", path, strerror(errno));
+                goto err;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    buf[len] = '\0';
+    *out = buf;
+    *out_len = len;
+    return 0;
+err:
+    fclose(f);
+    free(buf);
+    return -1;
+}
+
+/* Lists and reads the rule files of dir, sorted by name. Returns 0 with a new
+ * array in *out (free with free_files), or -1 with err set. */
+static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char *err,
+                          size_t err_len)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    rules_file *files = NULL;
+    size_t n = 0, cap = 0;
+    if (!d) {
+        set_err(err, err_len, "%s: cannot open rules directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        rules_file *f;
+        size_t path_len;
+        if (!is_rule_file(de->d_name))
+            continue;
+        if (n == cap) {
+            rules_file *grown;
+            cap = cap ? cap * 2 : 16;
+            grown = realloc(files, cap * sizeof *files);
+            if (!grown) {
+                set_err(err, err_len, "%s: out of memory", dir);
+                goto err;
+            }
+            files = grown;
+        }
+        f = &files[n];
+        memset(f, 0, sizeof *f);
+        path_len = strlen(dir) + 1 + strlen(de->d_name) + 1;
+        f->name = strdup(de->d_name);
+        f->path = malloc(path_len);
+        if (!f->name || !f->path) {
+            free(f->name);
+            free(f->path);
+            set_err(err, err_len, "%s: out of memory", dir);
+            goto err;
+        }
+        snprintf(f->path, path_len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
+                 de->d_name);
+        /* stat follows symlinks: a linked rule file counts, a directory named x.lua does not */
+        if (stat(f->path, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(f->name);
+            free(f->path);
+            continue;
+        }
+        n++;
+    }
+    closedir(d);
+    d = NULL;
+    qsort(files, n, sizeof *files, compare_names);
+    for (size_t i = 0; i < n; i++) {
+        if (read_file(files[i].path, &files[i].source, &files[i].source_len, err, err_len) != 0)
+            goto err;
+    }
+    *out = files;
+    *n_out = n;
+    return 0;
+err:
+    if (d)
+        closedir(d);
+    free_files(files, n);
+    return -1;
+}
+
+/* version = hex SHA-256 over, per file in order: 8-byte big-endian name
+ * length, name, 8-byte big-endian content length, content. */
+static int compute_version(const rules_file *files, size_t n, char out[65], char *err,
+                           size_t err_len)
+{
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int digest_len = 0;
+    int ok = 1;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+        ok = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *parts[2] = {files[i].name, files[i].source};
+        size_t lens[2] = {strlen(files[i].name), files[i].source_len};
+        for (int p = 0; ok && p < 2; p++) {
+            unsigned char prefix[8];
+            uint64_t len = lens[p];
+            for (int b = 7; b >= 0; b--) {
+                prefix[b] = (unsigned char)(len & 0xff);
+                len >>= 8;
+            }
+            ok = EVP_DigestUpdate(ctx, prefix, sizeof prefix) == 1 &&
+                 EVP_DigestUpdate(ctx, parts[p], lens[p]) == 1;
+        }
+    }
+    if (ok)
+        ok = EVP_DigestFinal_ex(ctx, digest, &digest_len) == 1 && digest_len == 32;
+    EVP_MD_CTX_free(ctx);
+    if (!ok) {
+        set_err(err, err_len, "cannot compute the rules version: SHA-256 failed");
+        return -1;
+    }
+    for (unsigned int i = 0; i < digest_len; i++)
+        snprintf(out + 2 * i, 3, "%02x", digest[i]);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loading */
+
+crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
+                              const crier_setting *settings, size_t n_settings, char *err,
+                              size_t err_len)
+{
+    crier_rules *rules = NULL;
+    rules_file *files = NULL;
+    size_t n_files = 0;
+    lua_State *L = NULL;
+    int status;
+
+    if (!lua_dir || !rules_dir) {
+        set_err(err, err_len, "crier_rules_load: lua_dir and rules_dir are required");
+        return NULL;
+    }
+    if (read_rules_dir(rules_dir, &files, &n_files, err, err_len) != 0)
+        return NULL;
+
+    rules = calloc(1, sizeof *rules);
+    if (!rules) {
+        set_err(err, err_len, "out of memory");
+        goto err;
+    }
+    rules->generation_ref = LUA_NOREF;
+    rules->n_files = n_files;
+    if (compute_version(files, n_files, rules->version, err, err_len) != 0)
+        goto err;
+
+    L = luaL_newstate();
+    if (!L) {
+        set_err(err, err_len, "cannot create a Lua state");
+        goto err;
+    }
+    rules->L = L;
+    luaL_openlibs(L);
+
+    /* package.path = "<lua_dir>/?.lua;<lua_dir>/?/init.lua" */
+    lua_getglobal(L, "package");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua", lua_dir, lua_dir);
+    lua_setfield(L, -2, "path");
+    lua_pop(L, 1);
+
+    /* runtime = require "crier.runtime" */
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "crier.runtime");
+    status = rules_pcall(L, 1, 1);
+    if (status != 0) {
+        set_err(err, err_len, "%s/crier/runtime.lua: cannot load the crier library: %s", lua_dir,
+                lua_error_text(L, status));
+        goto err;
+    }
+
+    /* runtime.new_generation(files, settings) */
+    lua_getfield(L, -1, "new_generation");
+    lua_remove(L, -2);
+    lua_createtable(L, (int)n_files, 0);
+    for (size_t i = 0; i < n_files; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, files[i].path);
+        lua_setfield(L, -2, "path");
+        lua_pushlstring(L, files[i].source, files[i].source_len);
+        lua_setfield(L, -2, "source");
+        lua_rawseti(L, -2, (int)i + 1);
+    }
+    lua_createtable(L, 0, (int)n_settings);
+    for (size_t i = 0; i < n_settings; i++) {
+        if (!settings[i].name || !settings[i].value)
+            continue;
+        lua_pushstring(L, settings[i].value);
+        lua_setfield(L, -2, settings[i].name);
+    }
+    status = rules_pcall(L, 2, 2);
+    if (status != 0) {
+        set_err(err, err_len, "%s: loading rules failed: %s", rules_dir, lua_error_text(L, status));
+        goto err;
+    }
+    if (lua_isnil(L, -2)) {
+        const char *msg = lua_tostring(L, -1);
+        set_err(err, err_len, "%s", msg ? msg : "rules failed to load (no message)");
+        goto err;
+    }
+    lua_pop(L, 1);
+    rules->generation_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_gc(L, LUA_GCCOLLECT, 0); /* drop what loading left behind */
+    free_files(files, n_files);
+    crier_info("rules", "loaded %zu rule file%s from %s (version %.12s)", n_files,
+               n_files == 1 ? "" : "s", rules_dir, rules->version);
+    return rules;
+
+err:
+    free_files(files, n_files);
+    crier_rules_free(rules);
+    return NULL;
+}
+
+const char *crier_rules_version(const crier_rules *rules)
+{
+    return rules->version;
+}
+
+void crier_rules_free(crier_rules *rules)
+{
+    if (!rules)
+        return;
+    if (rules->L)
+        lua_close(rules->L);
+    free(rules);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Plan storage */
+
+/* Each storage block starts with its capacity (a size_t); strings follow. */
+static size_t block_capacity(const char *block)
+{
+    size_t cap;
+    memcpy(&cap, block, sizeof cap);
+    return cap;
+}
+
+/* Copies len bytes of s (plus a NUL) into plan storage. Returns the copy or NULL. */
+static const char *plan_store(crier_plan *plan, const char *s, size_t len)
+{
+    char *dst;
+    if (plan->n_blocks == 0 || plan->block_size - plan->block_used < len + 1) {
+        size_t cap = len + 1 > PLAN_BLOCK_MIN ? len + 1 : PLAN_BLOCK_MIN;
+        char *block;
+        if (plan->n_blocks == plan->cap_blocks) {
+            size_t new_cap = plan->cap_blocks ? plan->cap_blocks * 2 : 8;
+            char **grown = realloc(plan->blocks, new_cap * sizeof *grown);
+            if (!grown)
+                return NULL;
+            plan->blocks = grown;
+            plan->cap_blocks = new_cap;
+        }
+        block = malloc(sizeof(size_t) + cap);
+        if (!block)
+            return NULL;
+        memcpy(block, &cap, sizeof cap);
+        plan->blocks[plan->n_blocks++] = block;
+        plan->block_size = cap;
+        plan->block_used = 0;
+    }
+    dst = plan->blocks[plan->n_blocks - 1] + sizeof(size_t) + plan->block_used;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    plan->block_used += len + 1;
+    return dst;
+}
+
+static crier_plan_recipient *plan_add_recipient(crier_plan *plan)
+{
+    if (plan->n_recipients == plan->cap_recipients) {
+        size_t cap = plan->cap_recipients ? plan->cap_recipients * 2 : 64;
+        crier_plan_recipient *grown = realloc(plan->recipients, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        plan->recipients = grown;
+        plan->cap_recipients = cap;
+    }
+    return &plan->recipients[plan->n_recipients++];
+}
+
+static crier_plan_delivery *plan_add_delivery(crier_plan *plan)
+{
+    if (plan->n_deliveries == plan->cap_deliveries) {
+        size_t cap = plan->cap_deliveries ? plan->cap_deliveries * 2 : 64;
+        crier_plan_delivery *grown = realloc(plan->deliveries, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        plan->deliveries = grown;
+        plan->cap_deliveries = cap;
+    }
+    return &plan->deliveries[plan->n_deliveries++];
+}
+
+/* Where a plan stood before an event was appended, to undo a partial append. */
+typedef struct {
+    size_t n_recipients, n_deliveries, n_blocks, block_used;
+} plan_mark;
+
+static plan_mark plan_mark_take(const crier_plan *plan)
+{
+    plan_mark m = {plan->n_recipients, plan->n_deliveries, plan->n_blocks, plan->block_used};
+    return m;
+}
+
+static void plan_rollback(crier_plan *plan, plan_mark m)
+{
+    while (plan->n_blocks > m.n_blocks)
+        free(plan->blocks[--plan->n_blocks]);
+    plan->n_recipients = m.n_recipients;
+    plan->n_deliveries = m.n_deliveries;
+    plan->block_size = plan->n_blocks ? block_capacity(plan->blocks[plan->n_blocks - 1]) : 0;
+    plan->block_used = plan->n_blocks ? m.block_used : 0;
+}
+
+void crier_plan_reset(crier_plan *plan)
+{
+    plan->n_recipients = 0;
+    plan->n_deliveries = 0;
+    if (plan->n_blocks > 1) {
+        /* Coalesce: one block as large as all of them, so a batch of the same
+         * size fits without allocating next time. */
+        size_t total = 0;
+        char *block;
+        for (size_t i = 0; i < plan->n_blocks; i++) {
+            total += block_capacity(plan->blocks[i]);
+            free(plan->blocks[i]);
+        }
+        plan->n_blocks = 0;
+        plan->block_size = 0;
+        block = malloc(sizeof(size_t) + total);
+        if (block) {
+            memcpy(block, &total, sizeof total);
+            plan->blocks[0] = block;
+            plan->n_blocks = 1;
+            plan->block_size = total;
+        }
+    }
+    plan->block_used = 0;
+}
+
+void crier_plan_free(crier_plan *plan)
+{
+    for (size_t i = 0; i < plan->n_blocks; i++)
+        free(plan->blocks[i]);
+    free(plan->blocks);
+    free(plan->recipients);
+    free(plan->deliveries);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Planning */
+
+static crier_plan_status status_from_code(const char *code)
+{
+    if (code && strcmp(code, "unknown_event_type") == 0)
+        return CRIER_PLAN_UNKNOWN_TYPE;
+    if (code && strcmp(code, "invalid_payload") == 0)
+        return CRIER_PLAN_INVALID_PAYLOAD;
+    return CRIER_PLAN_RULE_ERROR;
+}
+
+/* Copies the string field `key` of the table at idx into plan storage.
+ * Returns 0 (with *out NULL when the field is nil and optional), or -1 with
+ * *why set. */
+static int copy_field(lua_State *L, int idx, const char *key, int optional, crier_plan *plan,
+                      const char **out, size_t *out_len, const char **why)
+{
+    size_t len;
+    const char *s;
+    int rc = 0;
+    lua_getfield(L, idx, key);
+    *out = NULL;
+    if (out_len)
+        *out_len = 0;
+    if (lua_isnil(L, -1) && optional)
+        goto done;
+    if (lua_type(L, -1) != LUA_TSTRING) {
+        *why = key;
+        rc = -1;
+        goto done;
+    }
+    s = lua_tolstring(L, -1, &len);
+    *out = plan_store(plan, s, len);
+    if (!*out) {
+        *why = "out of memory";
+        rc = -1;
+        goto done;
+    }
+    if (out_len)
+        *out_len = len;
+done:
+    lua_pop(L, 1);
+    return rc;
+}
+
+/* Appends the plan table at the top of the stack to plan. Returns 0, or -1
+ * with err set (the caller rolls back). */
+static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, size_t err_len)
+{
+    int top = lua_gettop(L);
+    const char *why = NULL;
+    size_t n;
+    if (lua_type(L, top) != LUA_TTABLE) {
+        set_err(err, err_len, "crier.runtime returned a %s instead of a plan",
+                luaL_typename(L, top));
+        return -1;
+    }
+    lua_checkstack(L, 8);
+    n = lua_objlen(L, top);
+    for (size_t i = 1; i <= n; i++) {
+        crier_plan_recipient *r;
+        const char *recipient, *discriminator;
+        size_t n_deliveries, first;
+        lua_rawgeti(L, top, (int)i);
+        if (lua_type(L, -1) != LUA_TTABLE) {
+            why = "entry";
+            goto bad;
+        }
+        if (copy_field(L, -1, "recipient", 0, plan, &recipient, NULL, &why) != 0 ||
+            copy_field(L, -1, "discriminator", 1, plan, &discriminator, NULL, &why) != 0)
+            goto bad;
+        if (recipient[0] == '\0') {
+            why = "recipient";
+            goto bad;
+        }
+        lua_getfield(L, -1, "deliveries");
+        if (lua_type(L, -1) != LUA_TTABLE) {
+            why = "deliveries";
+            goto bad;
+        }
+        first = plan->n_deliveries;
+        n_deliveries = lua_objlen(L, -1);
+        for (size_t j = 1; j <= n_deliveries; j++) {
+            crier_plan_delivery *d;
+            const char *channel, *url, *body, *secret;
+            size_t body_len;
+            lua_rawgeti(L, -1, (int)j);
+            if (lua_type(L, -1) != LUA_TTABLE) {
+                why = "delivery";
+                goto bad;
+            }
+            if (copy_field(L, -1, "channel", 0, plan, &channel, NULL, &why) != 0 ||
+                copy_field(L, -1, "url", 1, plan, &url, NULL, &why) != 0 ||
+                copy_field(L, -1, "body", 0, plan, &body, &body_len, &why) != 0 ||
+                copy_field(L, -1, "secret", 1, plan, &secret, NULL, &why) != 0)
+                goto bad;
+            d = plan_add_delivery(plan);
+            if (!d) {
+                why = "out of memory";
+                goto bad;
+            }
+            d->channel = channel;
+            d->url = url;
+            d->body = body;
+            d->body_len = body_len;
+            d->secret = secret;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 2); /* deliveries, entry */
+        r = plan_add_recipient(plan);
+        if (!r) {
+            why = "out of memory";
+            goto bad;
+        }
+        r->slot = slot;
+        r->recipient = recipient;
+        r->discriminator = discriminator;
+        r->first_delivery = first;
+        r->n_deliveries = n_deliveries;
+    }
+    lua_settop(L, top);
+    return 0;
+bad:
+    lua_settop(L, top);
+    if (strcmp(why, "out of memory") == 0)
+        set_err(err, err_len, "out of memory while copying the plan");
+    else
+        set_err(err, err_len, "crier.runtime returned a malformed plan (bad %s)", why);
+    return -1;
+}
+
+/* Pushes the generation and its method `name` as (method, generation). */
+static void push_method(crier_rules *rules, const char *name)
+{
+    lua_State *L = rules->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, rules->generation_ref);
+    lua_getfield(L, -1, name);
+    lua_insert(L, -2);
+}
+
+/* Turns the (nil, err, code) results at the top of the stack into a status. */
+static crier_plan_status failure_status(lua_State *L, char *err, size_t err_len)
+{
+    const char *msg = lua_tostring(L, -2);
+    const char *code = lua_tostring(L, -1);
+    set_err(err, err_len, "%s", msg ? msg : "rules failed without a message");
+    return status_from_code(code);
+}
+
+crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *ev,
+                                   crier_plan *plan, char *err, size_t err_len)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    crier_plan_status result = CRIER_PLAN_OK;
+    plan_mark mark = plan_mark_take(plan);
+    int status;
+
+    push_method(rules, "plan");
+    lua_createtable(L, 0, 5);
+    lua_pushnumber(L, (lua_Number)ev->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, ev->tenant ? ev->tenant : "");
+    lua_setfield(L, -2, "tenant");
+    lua_pushstring(L, ev->event_type ? ev->event_type : "");
+    lua_setfield(L, -2, "type");
+    lua_pushstring(L, ev->entity_id ? ev->entity_id : "");
+    lua_setfield(L, -2, "entity_id");
+    lua_pushstring(L, ev->payload_json ? ev->payload_json : "{}");
+    lua_setfield(L, -2, "payload_json");
+
+    status = rules_pcall(L, 2, 3);
+    if (status != 0) {
+        set_err(err, err_len, "%s", lua_error_text(L, status));
+        result = CRIER_PLAN_RULE_ERROR;
+    } else if (lua_isnil(L, -3)) {
+        result = failure_status(L, err, err_len);
+    } else {
+        lua_pop(L, 2);
+        if (append_plan(L, ev->slot, plan, err, err_len) != 0) {
+            plan_rollback(plan, mark);
+            result = CRIER_PLAN_RULE_ERROR;
+        }
+    }
+    lua_settop(L, base);
+    return result;
+}
+
+crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_type,
+                                       const char *payload_json, char *err, size_t err_len)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    crier_plan_status result = CRIER_PLAN_OK;
+    int status;
+
+    push_method(rules, "validate");
+    lua_pushstring(L, event_type ? event_type : "");
+    lua_pushstring(L, payload_json ? payload_json : "");
+    status = rules_pcall(L, 3, 3);
+    if (status != 0) {
+        set_err(err, err_len, "%s", lua_error_text(L, status));
+        result = CRIER_PLAN_RULE_ERROR;
+    } else if (lua_isnil(L, -3)) {
+        result = failure_status(L, err, err_len);
+    }
+    lua_settop(L, base);
+    return result;
+}

@@ -1,0 +1,93 @@
+/* rules.h — one generation of Lua rules: a lua_State with the crier library and
+ * every rule file of a rules directory loaded and validated, and the call that
+ * runs one event through them to produce its fan-out plan. */
+#ifndef CRIER_RULES_H
+#define CRIER_RULES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct crier_rules crier_rules;
+
+typedef struct {
+    const char *name;
+    const char *value;
+} crier_setting;
+
+/* One event handed to the rules. */
+typedef struct {
+    int64_t id;
+    const char *tenant;
+    const char *event_type;
+    const char *entity_id;
+    const char *payload_json; /* JSON object text */
+    size_t slot;              /* caller's index for this event; copied into the plan rows */
+} crier_rule_event;
+
+/* One delivery of a planned notification (one channel). */
+typedef struct {
+    const char *channel; /* "webhook" for now */
+    const char *url;     /* webhook target (NULL for channels without one) */
+    const char *body;    /* rendered body (JSON for webhook) */
+    size_t body_len;
+    const char *secret;  /* "whsec_…" signing secret or NULL */
+} crier_plan_delivery;
+
+/* One planned notification: one recipient of one event. */
+typedef struct {
+    size_t slot;               /* the event's slot */
+    const char *recipient;
+    const char *discriminator; /* NULL when the rule gives none */
+    size_t first_delivery;     /* index into crier_plan.deliveries */
+    size_t n_deliveries;
+} crier_plan_recipient;
+
+/* An accumulator of plan rows for a batch of events. Strings live in the plan's
+ * own storage until crier_plan_reset or crier_plan_free. Zero-initialise before use. */
+typedef struct {
+    crier_plan_recipient *recipients;
+    size_t n_recipients, cap_recipients;
+    crier_plan_delivery *deliveries;
+    size_t n_deliveries, cap_deliveries;
+    char **blocks; /* string storage */
+    size_t n_blocks, cap_blocks;
+    size_t block_used, block_size;
+} crier_plan;
+
+typedef enum {
+    CRIER_PLAN_OK = 0,
+    CRIER_PLAN_UNKNOWN_TYPE,     /* no rule declares this event type */
+    CRIER_PLAN_INVALID_PAYLOAD,  /* payload is not valid JSON or fails the type's schema */
+    CRIER_PLAN_RULE_ERROR        /* the rule raised an error (message has a traceback) */
+} crier_plan_status;
+
+/* Loads every *.lua file directly in rules_dir (sorted by name, *_spec.lua
+ * skipped) into a new lua_State with the crier library from lua_dir. settings are
+ * visible to rules through crier.setting(name[, default]). Returns the new
+ * generation, or NULL with every problem in err as "file:line: message" lines. */
+crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
+                              const crier_setting *settings, size_t n_settings,
+                              char *err, size_t err_len);
+
+/* The rules version: hex SHA-256 over the loaded files' names and contents. */
+const char *crier_rules_version(const crier_rules *rules);
+
+/* Runs ev through the rules and appends its recipients and deliveries to plan.
+ * On any status but OK nothing is appended and err holds the reason. */
+crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *ev,
+                                   crier_plan *plan, char *err, size_t err_len);
+
+/* Checks that event_type is declared and payload_json satisfies its schema
+ * (used at intake). Returns CRIER_PLAN_OK or the failing status with err set. */
+crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_type,
+                                       const char *payload_json, char *err, size_t err_len);
+
+/* Empties plan, keeping its memory for reuse. */
+void crier_plan_reset(crier_plan *plan);
+/* Frees plan's memory (the struct itself is the caller's). */
+void crier_plan_free(crier_plan *plan);
+
+/* Closes the generation's lua_State. NULL is a no-op. */
+void crier_rules_free(crier_rules *rules);
+
+#endif

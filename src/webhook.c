@@ -1,0 +1,774 @@
+/* webhook.c — the webhook channel's sender: signed JSON POSTs through libcurl's
+ * multi interface, driven entirely by a libev loop (one ev_io per socket curl
+ * asks about, one ev_timer for curl's timeout), with pooled easy handles and the
+ * multi handle's connection cache so receivers see kept-alive connections.
+ *
+ * Response bodies: the first max_response_bytes are kept for the excerpt, the
+ * rest is read and discarded so the connection can be reused; once more than
+ * WEBHOOK_DISCARD_CAP bytes have been discarded the transfer is aborted (the
+ * connection is closed) and the result still carries the HTTP status, because
+ * a final status line is a confirmed answer from the receiver. The same holds
+ * when the body stalls past the total timeout after a final status arrived.
+ *
+ * Other choices: zero (or negative) option fields mean the default; requests
+ * whose url or webhook_id hold control characters (CR, LF, other C0, DEL), whose
+ * url has spaces or is not http(s), whose webhook_id is empty or longer than
+ * WEBHOOK_MAX_ID_LEN, or whose secret is unusable are refused with -1; every
+ * CURLE_OPERATION_TIMEDOUT (connect or total) sets timed_out; the sender may be
+ * freed from inside a done callback (it is destroyed once dispatch unwinds). */
+#include "webhook.h"
+
+#include "log.h"
+
+#include <curl/curl.h>
+#include <ev.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include <assert.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define WEBHOOK_DEFAULT_CONNECT_TIMEOUT_MS 5000L
+#define WEBHOOK_DEFAULT_TOTAL_TIMEOUT_MS 15000L
+#define WEBHOOK_DEFAULT_MAX_RESPONSE_BYTES 1024
+#define WEBHOOK_DEFAULT_MAX_INFLIGHT 256
+
+/* Discarded response bytes after which a transfer is aborted. */
+#define WEBHOOK_DISCARD_CAP (1024 * 1024)
+/* Longest webhook-id accepted (notification keys are far shorter). */
+#define WEBHOOK_MAX_ID_LEN 512
+/* "v1," + base64 of a 32-byte HMAC-SHA256 + NUL. */
+#define WEBHOOK_SIGNATURE_LEN (3 + 44 + 1)
+#define WEBHOOK_USER_AGENT "crier/0.1"
+
+typedef struct webhook_transfer webhook_transfer;
+typedef struct webhook_socket webhook_socket;
+
+/* One request in flight, or an idle pooled easy handle ready for the next. */
+struct webhook_transfer {
+    crier_webhook_sender *sender;
+    webhook_transfer *prev, *next; /* active list, or (next only) the idle pool */
+    CURL *easy;
+    struct curl_slist *headers;
+    int64_t delivery_id;
+    double start_ms;
+    char *excerpt; /* max_response_bytes + 1, allocated once per pooled handle */
+    size_t excerpt_len;
+    size_t discarded;
+    int capped;
+    long retry_after_s;
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+/* The ev_io watching one socket curl told us about. */
+struct webhook_socket {
+    ev_io io;
+    crier_webhook_sender *sender;
+    curl_socket_t fd;
+    webhook_socket *prev, *next;
+};
+
+struct crier_webhook_sender {
+    struct ev_loop *loop;
+    CURLM *multi;
+    ev_timer timer;
+    crier_webhook_options opts;
+    crier_webhook_done_fn done;
+    void *ud;
+    int inflight;
+    webhook_transfer *active; /* doubly linked */
+    webhook_transfer *idle;   /* singly linked pool */
+    int idle_count;
+    webhook_socket *sockets; /* doubly linked */
+    int dispatching;         /* > 0 while done callbacks may run */
+    int closing;             /* free was requested from inside a done callback */
+};
+
+static double webhook_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- base64 ------------------------------------------------------------- */
+
+static int webhook_b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Decodes standard base64 (padding optional, no whitespace) into out, which
+ * must hold at least 3 * (len + 3) / 4 bytes. Returns the decoded length, or -1
+ * on a character outside the alphabet, misplaced padding or a dangling digit. */
+static long webhook_b64_decode(const char *in, size_t len, unsigned char *out)
+{
+    unsigned long acc = 0;
+    int bits = 0;
+    size_t i, digits, pad = 0;
+    long n = 0;
+
+    while (pad < 2 && len > 0 && in[len - 1] == '=') {
+        len--;
+        pad++;
+    }
+    digits = len;
+    if (digits % 4 == 1 || (pad > 0 && (digits + pad) % 4 != 0))
+        return -1;
+    for (i = 0; i < digits; i++) {
+        int v = webhook_b64_value((unsigned char)in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (unsigned long)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[n++] = (unsigned char)((acc >> bits) & 0xff);
+        }
+    }
+    return n;
+}
+
+/* ---- signature ---------------------------------------------------------- */
+
+int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t timestamp,
+                       const char *body, size_t body_len, char *out, size_t out_len)
+{
+    static const char prefix[] = "whsec_";
+    unsigned char *key = NULL;
+    long key_len;
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    size_t mac_len = 0;
+    char ts[32];
+    EVP_MAC *hmac = NULL;
+    EVP_MAC_CTX *ctx = NULL;
+    OSSL_PARAM params[2];
+    char digest[] = "SHA256";
+    int rc = -1;
+
+    if (!secret || !webhook_id || (!body && body_len > 0) || !out ||
+        out_len < WEBHOOK_SIGNATURE_LEN)
+        return -1;
+    if (strncmp(secret, prefix, sizeof prefix - 1) == 0) {
+        const char *b64 = secret + sizeof prefix - 1;
+        size_t b64_len = strlen(b64);
+
+        key = malloc(3 * (b64_len + 3) / 4 + 1);
+        if (!key)
+            return -1;
+        key_len = webhook_b64_decode(b64, b64_len, key);
+    } else {
+        key_len = (long)strlen(secret);
+        key = malloc((size_t)key_len + 1);
+        if (!key)
+            return -1;
+        memcpy(key, secret, (size_t)key_len);
+    }
+    /* An empty key is a configuration mistake, not a signature. */
+    if (key_len <= 0)
+        goto out;
+
+    snprintf(ts, sizeof ts, "%" PRId64, timestamp);
+    hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    if (!hmac)
+        goto out;
+    ctx = EVP_MAC_CTX_new(hmac);
+    if (!ctx)
+        goto out;
+    params[0] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0);
+    params[1] = OSSL_PARAM_construct_end();
+    if (!EVP_MAC_init(ctx, key, (size_t)key_len, params) ||
+        !EVP_MAC_update(ctx, (const unsigned char *)webhook_id, strlen(webhook_id)) ||
+        !EVP_MAC_update(ctx, (const unsigned char *)".", 1) ||
+        !EVP_MAC_update(ctx, (const unsigned char *)ts, strlen(ts)) ||
+        !EVP_MAC_update(ctx, (const unsigned char *)".", 1) ||
+        (body_len > 0 && !EVP_MAC_update(ctx, (const unsigned char *)body, body_len)) ||
+        !EVP_MAC_final(ctx, mac, &mac_len, sizeof mac) || mac_len != 32)
+        goto out;
+    memcpy(out, "v1,", 3);
+    EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len); /* writes 44 + NUL */
+    rc = 0;
+out:
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(hmac);
+    if (key) {
+        OPENSSL_cleanse(key, key_len > 0 ? (size_t)key_len : 0);
+        free(key);
+    }
+    OPENSSL_cleanse(mac, sizeof mac);
+    return rc;
+}
+
+/* ---- request validation ------------------------------------------------- */
+
+/* True when s has no control characters (CR, LF, NUL-free by construction,
+ * other C0 bytes, DEL) and, if no_space, no spaces either. */
+static int webhook_is_header_safe(const char *s, int no_space)
+{
+    const unsigned char *p;
+
+    for (p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            return 0;
+        if (no_space && *p == ' ')
+            return 0;
+    }
+    return 1;
+}
+
+static int webhook_check_request(const crier_webhook_request *req)
+{
+    size_t id_len;
+
+    if (!req || !req->url || !req->webhook_id || (!req->body && req->body_len > 0)) {
+        crier_warn("webhook", "refused request: missing url, webhook_id or body");
+        return -1;
+    }
+    if (strncasecmp(req->url, "http://", 7) != 0 && strncasecmp(req->url, "https://", 8) != 0) {
+        crier_warn("webhook", "refused delivery %" PRId64 ": url is not http(s)", req->delivery_id);
+        return -1;
+    }
+    if (!webhook_is_header_safe(req->url, 1)) {
+        crier_warn("webhook", "refused delivery %" PRId64 ": control character in url",
+                   req->delivery_id);
+        return -1;
+    }
+    id_len = strlen(req->webhook_id);
+    if (id_len == 0 || id_len > WEBHOOK_MAX_ID_LEN || !webhook_is_header_safe(req->webhook_id, 0)) {
+        crier_warn("webhook",
+                   "refused delivery %" PRId64 ": empty, overlong or control "
+                   "character in webhook_id",
+                   req->delivery_id);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- curl callbacks ----------------------------------------------------- */
+
+static size_t webhook_write_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    webhook_transfer *t = userp;
+    size_t n = size * nmemb;
+    size_t room = t->sender->opts.max_response_bytes - t->excerpt_len;
+    size_t keep = n < room ? n : room;
+
+    memcpy(t->excerpt + t->excerpt_len, data, keep);
+    t->excerpt_len += keep;
+    t->discarded += n - keep;
+    if (t->discarded > WEBHOOK_DISCARD_CAP) {
+        t->capped = 1;
+        return 0; /* aborts with CURLE_WRITE_ERROR */
+    }
+    return n;
+}
+
+/* Parses a Retry-After value: delay seconds or an HTTP-date. -1 if unusable. */
+static long webhook_parse_retry_after(const char *v, size_t len)
+{
+    char buf[128];
+    size_t i;
+
+    while (len > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
+    while (len > 0 && isspace((unsigned char)v[len - 1]))
+        len--;
+    if (len == 0 || len >= sizeof buf)
+        return -1;
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+    for (i = 0; i < len && isdigit((unsigned char)buf[i]); i++)
+        ;
+    if (i == len) {
+        long secs = 0;
+        for (i = 0; i < len; i++) {
+            if (secs > 100000000L) /* clamp absurd values (about three years) */
+                return 100000000L;
+            secs = secs * 10 + (buf[i] - '0');
+        }
+        return secs;
+    } else {
+        time_t when = curl_getdate(buf, NULL);
+        time_t now = time(NULL);
+        if (when == (time_t)-1)
+            return -1;
+        return when > now ? (long)(when - now) : 0;
+    }
+}
+
+static size_t webhook_header_cb(char *data, size_t size, size_t nmemb, void *userp)
+{
+    static const char name[] = "retry-after:";
+    webhook_transfer *t = userp;
+    size_t n = size * nmemb;
+
+    if (n >= 5 && memcmp(data, "HTTP/", 5) == 0)
+        t->retry_after_s = -1; /* a new response (after 1xx) starts afresh */
+    else if (n > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0)
+        t->retry_after_s = webhook_parse_retry_after(data + sizeof name - 1, n - (sizeof name - 1));
+    return n;
+}
+
+static void webhook_drain(crier_webhook_sender *s);
+
+static void webhook_io_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    webhook_socket *ws = w->data;
+    crier_webhook_sender *s = ws->sender;
+    curl_socket_t fd = ws->fd; /* ws may be freed inside socket_action */
+    int action = 0, running = 0;
+
+    (void)loop;
+    if (revents & EV_READ)
+        action |= CURL_CSELECT_IN;
+    if (revents & EV_WRITE)
+        action |= CURL_CSELECT_OUT;
+    if (revents & EV_ERROR)
+        action |= CURL_CSELECT_ERR;
+    curl_multi_socket_action(s->multi, fd, action, &running);
+    webhook_drain(s);
+}
+
+static void webhook_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    crier_webhook_sender *s = w->data;
+    int running = 0;
+
+    (void)loop;
+    (void)revents;
+    curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    webhook_drain(s);
+}
+
+/* CURLMOPT_SOCKETFUNCTION: keeps one ev_io per socket in step with what curl
+ * wants to wait for. */
+static int webhook_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    crier_webhook_sender *s = userp;
+    webhook_socket *ws = socketp;
+    int events = 0;
+
+    (void)easy;
+    if (what == CURL_POLL_REMOVE) {
+        if (ws) {
+            ev_io_stop(s->loop, &ws->io);
+            if (ws->prev)
+                ws->prev->next = ws->next;
+            else
+                s->sockets = ws->next;
+            if (ws->next)
+                ws->next->prev = ws->prev;
+            free(ws);
+            curl_multi_assign(s->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (!ws) {
+        ws = calloc(1, sizeof *ws);
+        if (!ws) {
+            crier_warn("webhook", "out of memory for a socket watcher");
+            return -1;
+        }
+        ws->sender = s;
+        ws->fd = fd;
+        ws->next = s->sockets;
+        if (s->sockets)
+            s->sockets->prev = ws;
+        s->sockets = ws;
+        ev_init(&ws->io, webhook_io_cb);
+        ws->io.data = ws;
+        curl_multi_assign(s->multi, fd, ws);
+    } else {
+        ev_io_stop(s->loop, &ws->io);
+    }
+    if (what & CURL_POLL_IN)
+        events |= EV_READ;
+    if (what & CURL_POLL_OUT)
+        events |= EV_WRITE;
+    ev_io_set(&ws->io, fd, events);
+    ev_io_start(s->loop, &ws->io);
+    return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION: (re)arms the single ev_timer. Never calls
+ * socket_action itself; a 0 timeout fires on the next loop pass. */
+static int webhook_curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    crier_webhook_sender *s = userp;
+
+    (void)multi;
+    ev_timer_stop(s->loop, &s->timer);
+    if (timeout_ms >= 0) {
+        ev_timer_set(&s->timer, (double)timeout_ms / 1000.0, 0.0);
+        ev_timer_start(s->loop, &s->timer);
+    }
+    return 0;
+}
+
+/* ---- transfers ---------------------------------------------------------- */
+
+static void webhook_transfer_free(webhook_transfer *t)
+{
+    if (!t)
+        return;
+    if (t->easy)
+        curl_easy_cleanup(t->easy);
+    curl_slist_free_all(t->headers);
+    free(t->excerpt);
+    free(t);
+}
+
+/* Takes an idle transfer from the pool (its easy handle reset) or makes one. */
+static webhook_transfer *webhook_transfer_get(crier_webhook_sender *s)
+{
+    webhook_transfer *t = s->idle;
+
+    if (t) {
+        s->idle = t->next;
+        s->idle_count--;
+    } else {
+        t = calloc(1, sizeof *t);
+        if (!t)
+            goto err;
+        t->sender = s;
+        t->easy = curl_easy_init();
+        t->excerpt = malloc(s->opts.max_response_bytes + 1);
+        if (!t->easy || !t->excerpt)
+            goto err;
+    }
+    t->prev = t->next = NULL;
+    t->excerpt_len = 0;
+    t->excerpt[0] = '\0';
+    t->discarded = 0;
+    t->capped = 0;
+    t->retry_after_s = -1;
+    t->errbuf[0] = '\0';
+    return t;
+err:
+    webhook_transfer_free(t);
+    return NULL;
+}
+
+/* Returns a finished (or never started) transfer to the pool. */
+static void webhook_transfer_put(crier_webhook_sender *s, webhook_transfer *t)
+{
+    curl_slist_free_all(t->headers);
+    t->headers = NULL;
+    if (s->closing || s->idle_count >= s->opts.max_inflight) {
+        webhook_transfer_free(t);
+        return;
+    }
+    /* Drops the request's options and body copy; connections stay cached in
+     * the multi handle. */
+    curl_easy_reset(t->easy);
+    t->prev = NULL;
+    t->next = s->idle;
+    s->idle = t;
+    s->idle_count++;
+}
+
+static void webhook_active_unlink(crier_webhook_sender *s, webhook_transfer *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        s->active = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+}
+
+/* Appends "name: value" to t->headers. Returns 0 or -1 (out of memory). */
+static int webhook_add_header(webhook_transfer *t, const char *name, const char *value)
+{
+    char line[WEBHOOK_MAX_ID_LEN + 64];
+    struct curl_slist *l;
+    int n = snprintf(line, sizeof line, "%s: %s", name, value);
+
+    if (n < 0 || (size_t)n >= sizeof line)
+        return -1;
+    l = curl_slist_append(t->headers, line);
+    if (!l)
+        return -1;
+    t->headers = l;
+    return 0;
+}
+
+/* Sets every option of one request on t's (fresh or reset) easy handle. */
+static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
+                                  const crier_webhook_request *req, int64_t timestamp,
+                                  const char *signature)
+{
+    CURL *e = t->easy;
+    char ts[32];
+    struct curl_slist *l;
+    CURLcode rc;
+
+#define WEBHOOK_SETOPT(opt, val)                                                                   \
+    do {                                                                                           \
+        rc = curl_easy_setopt(e, opt, val);                                                        \
+        if (rc != CURLE_OK)                                                                        \
+            goto err;                                                                              \
+    } while (0)
+
+    snprintf(ts, sizeof ts, "%" PRId64, timestamp);
+    if (webhook_add_header(t, "Content-Type", "application/json") ||
+        webhook_add_header(t, "webhook-id", req->webhook_id) ||
+        webhook_add_header(t, "webhook-timestamp", ts) ||
+        (signature && webhook_add_header(t, "webhook-signature", signature)) ||
+        webhook_add_header(t, "Idempotency-Key", req->webhook_id)) {
+        crier_warn("webhook", "out of memory building headers");
+        return -1;
+    }
+    /* No "Expect: 100-continue" round trip for larger bodies. */
+    l = curl_slist_append(t->headers, "Expect:");
+    if (!l)
+        return -1;
+    t->headers = l;
+
+    WEBHOOK_SETOPT(CURLOPT_PRIVATE, t);
+    WEBHOOK_SETOPT(CURLOPT_NOSIGNAL, 1L);
+    WEBHOOK_SETOPT(CURLOPT_URL, req->url);
+    WEBHOOK_SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
+    WEBHOOK_SETOPT(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    WEBHOOK_SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
+    WEBHOOK_SETOPT(CURLOPT_CONNECTTIMEOUT_MS, s->opts.connect_timeout_ms);
+    WEBHOOK_SETOPT(CURLOPT_TIMEOUT_MS, s->opts.total_timeout_ms);
+    WEBHOOK_SETOPT(CURLOPT_USERAGENT, WEBHOOK_USER_AGENT);
+    WEBHOOK_SETOPT(CURLOPT_HTTPHEADER, t->headers);
+    WEBHOOK_SETOPT(CURLOPT_POST, 1L);
+    WEBHOOK_SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    WEBHOOK_SETOPT(CURLOPT_COPYPOSTFIELDS, req->body ? req->body : "");
+    WEBHOOK_SETOPT(CURLOPT_WRITEFUNCTION, webhook_write_cb);
+    WEBHOOK_SETOPT(CURLOPT_WRITEDATA, t);
+    WEBHOOK_SETOPT(CURLOPT_HEADERFUNCTION, webhook_header_cb);
+    WEBHOOK_SETOPT(CURLOPT_HEADERDATA, t);
+    WEBHOOK_SETOPT(CURLOPT_ERRORBUFFER, t->errbuf);
+    WEBHOOK_SETOPT(CURLOPT_TCP_NODELAY, 1L);
+    return 0;
+err:
+    crier_warn("webhook", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,
+               curl_easy_strerror(rc));
+    return -1;
+#undef WEBHOOK_SETOPT
+}
+
+/* Completes one transfer: builds the result, calls done, pools the handle. */
+static void webhook_finish(crier_webhook_sender *s, webhook_transfer *t, CURLcode code)
+{
+    crier_webhook_result r;
+    long status = 0;
+
+    webhook_active_unlink(s, t);
+    curl_multi_remove_handle(s->multi, t->easy);
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+
+    memset(&r, 0, sizeof r);
+    r.delivery_id = t->delivery_id;
+    t->excerpt[t->excerpt_len] = '\0';
+    r.response_excerpt = t->excerpt;
+    r.duration_ms = webhook_now_ms() - t->start_ms;
+    r.retry_after_s = t->retry_after_s;
+    if (code == CURLE_OK || status >= 200) {
+        /* A final status line is the receiver's answer, even when the body
+         * then failed (too large, cut off, timed out). */
+        r.http_status = status;
+        if (code != CURLE_OK)
+            crier_debug("webhook", "delivery %" PRId64 ": status %ld, body incomplete: %s",
+                        t->delivery_id, status,
+                        t->capped ? "response too large" : curl_easy_strerror(code));
+    } else {
+        r.http_status = 0;
+        r.error = t->errbuf[0] ? t->errbuf : curl_easy_strerror(code);
+        r.timed_out = code == CURLE_OPERATION_TIMEDOUT;
+        r.retry_after_s = -1;
+    }
+    s->inflight--;
+    s->done(s->ud, &r);
+    webhook_transfer_put(s, t);
+}
+
+static void webhook_sender_destroy(crier_webhook_sender *s);
+
+/* Reads curl's completion messages and dispatches them. Runs only from the
+ * loop's watcher callbacks, so done is never called from inside send. */
+static void webhook_drain(crier_webhook_sender *s)
+{
+    CURLMsg *m;
+    int left;
+
+    s->dispatching++;
+    while (!s->closing && (m = curl_multi_info_read(s->multi, &left)) != NULL) {
+        webhook_transfer *t = NULL;
+        CURLcode code;
+
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        code = m->data.result;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+        assert(t != NULL);
+        webhook_finish(s, t, code);
+    }
+    s->dispatching--;
+    if (s->closing && s->dispatching == 0)
+        webhook_sender_destroy(s);
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+crier_webhook_sender *crier_webhook_sender_new(struct ev_loop *loop,
+                                               const crier_webhook_options *opts,
+                                               crier_webhook_done_fn done, void *ud)
+{
+    crier_webhook_sender *s;
+
+    if (!loop || !done) {
+        crier_warn("webhook", "sender needs a loop and a done callback");
+        return NULL;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s)
+        goto err;
+    s->loop = loop;
+    s->done = done;
+    s->ud = ud;
+    if (opts)
+        s->opts = *opts;
+    /* Zero (or negative) fields mean "default", so a zeroed struct works. */
+    if (s->opts.connect_timeout_ms <= 0)
+        s->opts.connect_timeout_ms = WEBHOOK_DEFAULT_CONNECT_TIMEOUT_MS;
+    if (s->opts.total_timeout_ms <= 0)
+        s->opts.total_timeout_ms = WEBHOOK_DEFAULT_TOTAL_TIMEOUT_MS;
+    if (s->opts.max_response_bytes == 0)
+        s->opts.max_response_bytes = WEBHOOK_DEFAULT_MAX_RESPONSE_BYTES;
+    if (s->opts.max_inflight <= 0)
+        s->opts.max_inflight = WEBHOOK_DEFAULT_MAX_INFLIGHT;
+
+    ev_timer_init(&s->timer, webhook_timer_cb, 0.0, 0.0);
+    s->timer.data = s;
+    s->multi = curl_multi_init();
+    if (!s->multi)
+        goto err;
+    if (curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, webhook_socket_cb) != CURLM_OK ||
+        curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s) != CURLM_OK ||
+        curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, webhook_curl_timer_cb) != CURLM_OK ||
+        curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s) != CURLM_OK ||
+        curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)s->opts.max_inflight) != CURLM_OK)
+        goto err;
+    return s;
+err:
+    crier_warn("webhook", "could not create the webhook sender");
+    if (s && s->multi)
+        curl_multi_cleanup(s->multi);
+    free(s);
+    return NULL;
+}
+
+int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req)
+{
+    webhook_transfer *t = NULL;
+    char signature[WEBHOOK_SIGNATURE_LEN];
+    int64_t timestamp;
+    CURLMcode mc;
+
+    if (!s || s->closing || webhook_check_request(req) != 0)
+        return -1;
+    if (s->inflight >= s->opts.max_inflight)
+        return -1;
+    timestamp = req->timestamp ? req->timestamp : (int64_t)time(NULL);
+    if (req->secret && crier_webhook_sign(req->secret, req->webhook_id, timestamp, req->body,
+                                          req->body_len, signature, sizeof signature) != 0) {
+        crier_warn("webhook", "refused delivery %" PRId64 ": secret is not usable",
+                   req->delivery_id);
+        return -1;
+    }
+    t = webhook_transfer_get(s);
+    if (!t) {
+        crier_warn("webhook", "out of memory for a transfer");
+        return -1;
+    }
+    t->delivery_id = req->delivery_id;
+    if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
+        goto err;
+    t->start_ms = webhook_now_ms();
+    mc = curl_multi_add_handle(s->multi, t->easy);
+    if (mc != CURLM_OK) {
+        crier_warn("webhook", "delivery %" PRId64 ": curl_multi_add_handle: %s", req->delivery_id,
+                   curl_multi_strerror(mc));
+        goto err;
+    }
+    t->next = s->active;
+    if (s->active)
+        s->active->prev = t;
+    s->active = t;
+    s->inflight++;
+    return 0;
+err:
+    webhook_transfer_put(s, t);
+    return -1;
+}
+
+int crier_webhook_inflight(const crier_webhook_sender *s)
+{
+    return s ? s->inflight : 0;
+}
+
+static void webhook_sender_destroy(crier_webhook_sender *s)
+{
+    webhook_transfer *t, *next;
+    webhook_socket *ws, *wnext;
+
+    ev_timer_stop(s->loop, &s->timer);
+    for (t = s->active; t; t = next) {
+        next = t->next;
+        curl_multi_remove_handle(s->multi, t->easy);
+        webhook_transfer_free(t);
+    }
+    s->active = NULL;
+    for (t = s->idle; t; t = next) {
+        next = t->next;
+        webhook_transfer_free(t);
+    }
+    s->idle = NULL;
+    /* Closes cached connections; may still call the socket callback. */
+    curl_multi_cleanup(s->multi);
+    for (ws = s->sockets; ws; ws = wnext) {
+        wnext = ws->next;
+        ev_io_stop(s->loop, &ws->io);
+        free(ws);
+    }
+    ev_timer_stop(s->loop, &s->timer);
+    free(s);
+}
+
+void crier_webhook_sender_free(crier_webhook_sender *s)
+{
+    if (!s)
+        return;
+    s->closing = 1;
+    /* Called from inside a done callback: finish once dispatch unwinds. */
+    if (s->dispatching > 0)
+        return;
+    webhook_sender_destroy(s);
+}

@@ -1,0 +1,107 @@
+# lib.sh — shared helpers for the integration tests (sourced): a fresh database
+# in the fixture cluster, a real local HTTP receiver, crier processes, assertions,
+# and cleanup of everything a test started.
+set -euo pipefail
+
+: "${CRIER_BIN:?run through ctest (CRIER_BIN unset)}"
+: "${CRIER_SOURCE_DIR:?run through ctest}"
+: "${CRIER_TEST_DIR:?run through ctest}"
+: "${CRIER_TEST_PG:?run through ctest}"
+
+TEST_NAME=$(basename "$0" .sh)
+WORK="$CRIER_TEST_DIR/$TEST_NAME"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+PIDS=()
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL ($TEST_NAME): $*" >&2
+    exit 1
+}
+
+note() {
+    echo "-- $*" >&2
+}
+
+assert_eq() { # expected actual message
+    if [ "$1" != "$2" ]; then
+        fail "$3: expected '$1', got '$2'"
+    fi
+}
+
+# new_db: creates a fresh database for this test, exports CRIER_DATABASE_URL and
+# applies the migrations.
+new_db() {
+    local base db
+    base=$("$CRIER_BIN" cluster url "$CRIER_TEST_PG")
+    db="t_${TEST_NAME//[^a-zA-Z0-9_]/_}"
+    psql -XAtq "$base" -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" \
+        >/dev/null 2>&1 || psql -XAtq "$base" -v ON_ERROR_STOP=1 -c "CREATE DATABASE $db"
+    export CRIER_DATABASE_URL="$base dbname=$db"
+    "$CRIER_BIN" migrate >/dev/null
+}
+
+# sql "SELECT …": runs one statement on the test database, prints unaligned rows.
+sql() {
+    psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 -c "$1"
+}
+
+# start_receiver NAME [receiver.py args…]: starts a real HTTP receiver; sets
+# RECEIVER_URL and RECEIVER_LOG.
+start_receiver() {
+    local name=$1
+    shift
+    RECEIVER_LOG="$WORK/$name.jsonl"
+    : >"$RECEIVER_LOG"
+    /usr/bin/python3 "$CRIER_SOURCE_DIR/tests/support/receiver.py" --port-file "$WORK/$name.port" \
+        --log "$RECEIVER_LOG" "$@" &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        [ -s "$WORK/$name.port" ] && break
+        sleep 0.1
+    done
+    [ -s "$WORK/$name.port" ] || fail "receiver $name did not start"
+    RECEIVER_URL="http://127.0.0.1:$(cat "$WORK/$name.port")/hooks/billing"
+}
+
+# start_serve NAME [crier serve args…]: starts `crier serve` in the background
+# with its log in $WORK/NAME.log; sets SERVE_PID.
+start_serve() {
+    local name=$1
+    shift
+    "$CRIER_BIN" serve --set "billing_webhook_url=$RECEIVER_URL" "$@" >"$WORK/$name.log" 2>&1 &
+    SERVE_PID=$!
+    PIDS+=("$SERVE_PID")
+}
+
+# wait_for "SQL returning t/f" TIMEOUT_S MESSAGE
+wait_for() {
+    local i
+    for i in $(seq $(($2 * 10))); do
+        if [ "$(sql "$1")" = "t" ]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    fail "$3 (waited $2 s)"
+}
+
+# receiver_ids: prints the webhook-id of every request the receiver logged.
+receiver_ids() {
+    /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if line:
+        print(json.loads(line)["headers"].get("webhook-id", ""))
+' "$RECEIVER_LOG"
+}
