@@ -203,16 +203,17 @@ static double bench_copy_pass(PGconn *conn, const char *text, size_t len, long r
     return (double)rows / (bench_now() - t0);
 }
 
-static int bench_parse_int(const char *name, const char *arg, int *out)
+static int bench_option(void *ud, int opt, const char *arg)
 {
-    char *end;
-    long v = strtol(arg, &end, 10);
-    if (!*arg || *end || v <= 0 || v > 100000000) {
-        crier_cli_error("bench", "--%s expects a positive integer, got '%s'", name, arg);
-        return -1;
+    bench_opts *o = ud;
+    switch (opt) {
+    case 'e': return crier_cli_positive_int("bench", "events", arg, 100000000, &o->events);
+    case 'r': return crier_cli_positive_int("bench", "recipients", arg, 100000, &o->recipients);
+    case 'b': return crier_cli_positive_int("bench", "batch", arg, 100000, &o->batch);
+    case 'n': return crier_cli_positive_int("bench", "repeat", arg, 1000, &o->repeat);
+    case 'j': o->json = true; return 0;
     }
-    *out = (int)v;
-    return 0;
+    return -1;
 }
 
 int crier_bench_fanout(int argc, char **argv)
@@ -232,32 +233,11 @@ int crier_bench_fanout(int argc, char **argv)
     char *copy_text = NULL;
     size_t copy_len = 0;
     double *crier = NULL, *copy = NULL, *textkey = NULL, *retry = NULL;
-    int opt, rc = 2;
+    int rc = 2;
 
     crier_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = crier_cli_option(&cli, opt, optarg);
-        if (r < 0)
-            goto out;
-        if (r > 0)
-            continue;
-        switch (opt) {
-        case 'e': if (bench_parse_int("events", optarg, &o.events) < 0) goto out; break;
-        case 'r': if (bench_parse_int("recipients", optarg, &o.recipients) < 0) goto out; break;
-        case 'b': if (bench_parse_int("batch", optarg, &o.batch) < 0) goto out; break;
-        case 'n': if (bench_parse_int("repeat", optarg, &o.repeat) < 0) goto out; break;
-        case 'j': o.json = true; break;
-        default:
-            fputs(bench_fanout_help, stderr);
-            goto out;
-        }
-    }
-    if (cli.help) {
-        fputs(bench_fanout_help, stdout);
-        rc = 0;
+    if (crier_cli_parse(&cli, bench_fanout_help, argc, argv, options, bench_option, &o, &rc))
         goto out;
-    }
     rc = 1;
     if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
         crier_cli_error("bench", "%s", err);

@@ -1,6 +1,7 @@
 /* cli.c — common flags, environment fallbacks and helpers of the subcommands (see cli.h). */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,4 +110,76 @@ crier_rules *crier_cli_load_rules(const crier_cli *cli)
     if (!rules)
         fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] != '\n' ? "\n" : "");
     return rules;
+}
+
+int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, const struct option *options,
+                    crier_cli_opt_fn on_opt, void *ud, int *rc)
+{
+    int opt;
+
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        int r = crier_cli_option(cli, opt, optarg);
+        if (r == 0 && on_opt && opt != '?' && opt != ':')
+            r = on_opt(ud, opt, optarg) == 0 ? 1 : -1;
+        if (r <= 0) {
+            if (r == 0)
+                fputs(help, stderr);
+            *rc = 2;
+            return 1;
+        }
+    }
+    if (cli->help) {
+        fputs(help, stdout);
+        *rc = 0;
+        return 1;
+    }
+    return 0;
+}
+
+int crier_cli_positive_int(const char *cmd, const char *name, const char *arg, long max, int *out)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end != '\0' || v <= 0 || v > max) {
+        crier_cli_error(cmd, "--%s expects a whole number from 1 to %ld, got '%s'", name, max, arg);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+char *crier_cli_read_file(const char *path)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    size_t cap = 4096, len = 0, n;
+    char *buf;
+
+    if (!f)
+        return NULL;
+    buf = malloc(cap);
+    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += n;
+        if (len + 1 == cap) {
+            char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                errno = ENOMEM;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+        errno = EIO;
+    }
+    if (f != stdin)
+        fclose(f);
+    if (buf)
+        buf[len] = '\0';
+    return buf;
 }

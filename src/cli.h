@@ -61,6 +61,26 @@ int crier_cli_option(crier_cli *cli, int opt, const char *arg);
 /* Adds or replaces a setting "NAME=VALUE". Returns 0 or -1 (message printed). */
 int crier_cli_set(crier_cli *cli, const char *name_value);
 
+/* A command's handler for its own options: returns 0, or -1 after printing
+ * what was wrong with the value. */
+typedef int (*crier_cli_opt_fn)(void *ud, int opt, const char *arg);
+
+/* Parses argv (argv[0] is the command name) with getopt_long over options,
+ * which must start with CLI_COMMON_OPTIONS; common options fill cli, the others
+ * go to on_opt. Returns 0 to go on (optind indexes the first positional
+ * argument), or 1 when the command should exit with *rc: 0 after --help, 2
+ * after a bad flag (the usage goes to stderr). */
+int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, const struct option *options,
+                    crier_cli_opt_fn on_opt, void *ud, int *rc);
+
+/* Parses a positive integer flag value no larger than max, or prints
+ * "crier CMD: --NAME expects …" and returns -1. */
+int crier_cli_positive_int(const char *cmd, const char *name, const char *arg, long max, int *out);
+
+/* Reads a whole file ("-": standard input) into a NUL-terminated buffer the
+ * caller frees. NULL with errno set on failure. */
+char *crier_cli_read_file(const char *path);
+
 /* Frees setting storage. */
 void crier_cli_free(crier_cli *cli);
 

@@ -10,25 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parses only the common options; returns 0 to continue, 1 when the caller
- * should exit with *rc (help shown or a bad flag). */
+/* Parses only the common options and refuses positional arguments; returns 0
+ * to continue, 1 when the caller should exit with *rc. */
 static int admin_parse(const char *cmd, const char *help, int argc, char **argv, crier_cli *cli, int *rc)
 {
     static const struct option options[] = {CLI_COMMON_OPTIONS, {NULL, 0, NULL, 0}};
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = crier_cli_option(cli, opt, optarg);
-        if (r <= 0) {
-            fputs(help, stderr);
-            *rc = 2;
-            return 1;
-        }
-    }
-    if (cli->help) {
-        fputs(help, stdout);
-        *rc = 0;
+    if (crier_cli_parse(cli, help, argc, argv, options, NULL, NULL, rc))
         return 1;
-    }
     if (optind < argc) {
         crier_cli_error(cmd, "unexpected argument '%s' (see crier %s --help)", argv[optind], cmd);
         *rc = 2;
@@ -77,39 +65,23 @@ static const char emit_help[] =
     "checked against the rules first unless --no-validate is given.\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
-/* Reads "@file" or returns the literal argument. *owned receives a buffer to free. */
-static const char *emit_read_payload(const char *arg, char **owned)
+typedef struct {
+    const char *tenant, *type, *entity, *payload_arg, *dedupe;
+    bool validate;
+} emit_args;
+
+static int emit_option(void *ud, int opt, const char *arg)
 {
-    *owned = NULL;
-    if (arg[0] != '@')
-        return arg;
-    FILE *f = fopen(arg + 1, "rb");
-    if (!f) {
-        crier_cli_error("emit", "cannot read payload file %s: %m", arg + 1);
-        return NULL;
+    emit_args *a = ud;
+    switch (opt) {
+    case 't': a->tenant = arg; return 0;
+    case 'y': a->type = arg; return 0;
+    case 'e': a->entity = arg; return 0;
+    case 'p': a->payload_arg = arg; return 0;
+    case 'k': a->dedupe = arg; return 0;
+    case 'n': a->validate = false; return 0;
     }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t n;
-    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (len + 1 == cap) {
-            char *p = realloc(buf, cap * 2);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = p;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        abort();
-    buf[len] = '\0';
-    *owned = buf;
-    return buf;
+    return -1;
 }
 
 int crier_cmd_emit(int argc, char **argv)
@@ -124,52 +96,40 @@ int crier_cmd_emit(int argc, char **argv)
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     crier_database db;
-    const char *tenant = NULL, *type = NULL, *entity = NULL, *payload_arg = "{}", *dedupe = NULL;
+    emit_args a = {NULL, NULL, NULL, "{}", NULL, true};
     char *payload_owned = NULL;
     const char *payload;
-    bool validate = true;
     char err[8192];
-    int opt, rc = 2;
+    int rc = 2;
 
     crier_cli_init(&cli);
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = crier_cli_option(&cli, opt, optarg);
-        if (r < 0)
-            goto out;
-        if (r > 0)
-            continue;
-        switch (opt) {
-        case 't': tenant = optarg; break;
-        case 'y': type = optarg; break;
-        case 'e': entity = optarg; break;
-        case 'p': payload_arg = optarg; break;
-        case 'k': dedupe = optarg; break;
-        case 'n': validate = false; break;
-        default:
-            fputs(emit_help, stderr);
-            goto out;
-        }
-    }
-    if (cli.help) {
-        fputs(emit_help, stdout);
-        rc = 0;
+    if (crier_cli_parse(&cli, emit_help, argc, argv, options, emit_option, &a, &rc))
+        goto out;
+    rc = 2;
+    if (optind < argc) {
+        crier_cli_error("emit", "unexpected argument '%s' (see crier emit --help)", argv[optind]);
         goto out;
     }
-    if (!tenant || !type || !entity) {
+    if (!a.tenant || !a.type || !a.entity) {
         crier_cli_error("emit", "--tenant, --type and --entity are required (see crier emit --help)");
         goto out;
     }
-    payload = emit_read_payload(payload_arg, &payload_owned);
-    if (!payload)
-        goto out;
+    payload = a.payload_arg;
+    if (payload[0] == '@') {
+        payload = payload_owned = crier_cli_read_file(a.payload_arg + 1);
+        if (!payload) {
+            crier_cli_error("emit", "cannot read payload file %s: %m", a.payload_arg + 1);
+            goto out;
+        }
+    }
     rc = 1;
-    if (validate) {
+    if (a.validate) {
         crier_rules *rules = crier_cli_load_rules(&cli);
         if (!rules) {
             crier_cli_error("emit", "the rules in %s do not load (fix them, or pass --no-validate)", cli.rules_dir);
             goto out;
         }
-        crier_plan_status st = crier_rules_validate(rules, type, payload, err, sizeof err);
+        crier_plan_status st = crier_rules_validate(rules, a.type, payload, err, sizeof err);
         crier_rules_free(rules);
         if (st != CRIER_PLAN_OK) {
             crier_cli_error("emit", "event refused, nothing was stored: %s", err);
@@ -182,7 +142,7 @@ int crier_cmd_emit(int argc, char **argv)
     }
     {
         PGconn *conn = PQconnectdb(db.conninfo);
-        const char *params[5] = {tenant, type, entity, payload, dedupe};
+        const char *params[5] = {a.tenant, a.type, a.entity, payload, a.dedupe};
         PGresult *res = NULL;
         if (PQstatus(conn) != CONNECTION_OK) {
             crier_cli_error("emit", "cannot connect: %s", PQerrorMessage(conn));

@@ -23,20 +23,12 @@ int crier_cmd_check(int argc, char **argv)
     static const struct option options[] = {CLI_COMMON_OPTIONS, {NULL, 0, NULL, 0}};
     crier_cli cli;
     crier_rules *rules;
-    int opt, rc = 2;
+    int rc = 2;
 
     crier_cli_init(&cli);
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        if (crier_cli_option(&cli, opt, optarg) <= 0) {
-            fputs(check_help, stderr);
-            goto out;
-        }
-    }
-    if (cli.help) {
-        fputs(check_help, stdout);
-        rc = 0;
+    if (crier_cli_parse(&cli, check_help, argc, argv, options, NULL, NULL, &rc))
         goto out;
-    }
+    rc = 2;
     if (optind < argc)
         cli.rules_dir = argv[optind++];
     if (optind < argc) {
@@ -70,30 +62,25 @@ typedef struct {
     char *tenant, *type, *entity, *payload;
 } try_event;
 
-static char *try_slurp(const char *path)
+/* Keeps a copy of a flag value in *slot (replacing an earlier one). */
+static int try_keep(char **slot, const char *arg)
 {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    size_t cap = 4096, len = 0, n;
-    char *buf;
-    if (!f)
-        return NULL;
-    buf = malloc(cap);
-    while (buf && (n = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (len + 1 == cap) {
-            char *p = realloc(buf, cap *= 2);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = p;
-        }
+    free(*slot);
+    *slot = strdup(arg);
+    return *slot ? 0 : -1;
+}
+
+static int try_option(void *ud, int opt, const char *arg)
+{
+    try_event *ev = ud;
+    switch (opt) {
+    case 't': return try_keep(&ev->tenant, arg);
+    case 'y': return try_keep(&ev->type, arg);
+    case 'e': return try_keep(&ev->entity, arg);
+    case 'p': return try_keep(&ev->payload, arg);
+    case 'n': return 0; /* rules need no database yet: always the case */
     }
-    if (f != stdin)
-        fclose(f);
-    if (buf)
-        buf[len] = '\0';
-    return buf;
+    return -1;
 }
 
 /* Decodes the event file with the crier Lua library's JSON decoder. */
@@ -189,33 +176,14 @@ int crier_cmd_try(int argc, char **argv)
     crier_rules *rules = NULL;
     crier_plan plan = {0};
     char err[16384];
-    int opt, rc = 2;
+    int rc = 2;
 
     crier_cli_init(&cli);
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = crier_cli_option(&cli, opt, optarg);
-        if (r < 0)
-            goto out;
-        if (r > 0)
-            continue;
-        switch (opt) {
-        case 't': free(ev.tenant); ev.tenant = strdup(optarg); break;
-        case 'y': free(ev.type); ev.type = strdup(optarg); break;
-        case 'e': free(ev.entity); ev.entity = strdup(optarg); break;
-        case 'p': free(ev.payload); ev.payload = strdup(optarg); break;
-        case 'n': break; /* rules need no database yet: always the case */
-        default:
-            fputs(try_help, stderr);
-            goto out;
-        }
-    }
-    if (cli.help) {
-        fputs(try_help, stdout);
-        rc = 0;
+    if (crier_cli_parse(&cli, try_help, argc, argv, options, try_option, &ev, &rc))
         goto out;
-    }
+    rc = 2;
     if (optind < argc) {
-        char *text = try_slurp(argv[optind]);
+        char *text = crier_cli_read_file(argv[optind]);
         if (!text) {
             crier_cli_error("try", "cannot read %s: %m", argv[optind]);
             goto out;

@@ -28,17 +28,46 @@ static const char serve_help[] =
     "  --exit-when-idle       exit once no event or delivery is due\n"
     "  --no-migrate           do not apply pending migrations at start\n";
 
-/* Parses a positive integer option or prints an error. */
-static int serve_int(const char *name, const char *arg, int *out)
+typedef struct {
+    crier_engine_config cfg;
+    bool migrate;
+    int timeout_ms;
+} serve_args;
+
+static int serve_option(void *ud, int opt, const char *arg)
 {
+    serve_args *a = ud;
     char *end;
-    long v = strtol(arg, &end, 10);
-    if (*arg == '\0' || *end != '\0' || v <= 0 || v > 1000000) {
-        crier_cli_error("serve", "--%s expects a positive integer, got '%s'", name, arg);
-        return -1;
+
+    switch (opt) {
+    case 'b':
+        return crier_cli_positive_int("serve", "batch-size", arg, 100000, &a->cfg.fanout.batch_size);
+    case 'd':
+        return crier_cli_positive_int("serve", "delivery-batch", arg, 100000, &a->cfg.delivery.batch_size);
+    case 'm':
+        if (crier_cli_positive_int("serve", "max-inflight", arg, 100000, &a->cfg.delivery.max_inflight) < 0)
+            return -1;
+        a->cfg.webhook.max_inflight = a->cfg.delivery.max_inflight;
+        return 0;
+    case 'l':
+        return crier_cli_positive_int("serve", "lease", arg, 86400, &a->cfg.delivery.lease_seconds);
+    case 'p':
+        a->cfg.poll_interval = strtod(arg, &end);
+        if (*end || a->cfg.poll_interval <= 0) {
+            crier_cli_error("serve", "--poll expects a positive number of seconds, got '%s'", arg);
+            return -1;
+        }
+        return 0;
+    case 't':
+        return crier_cli_positive_int("serve", "timeout-ms", arg, 3600000, &a->timeout_ms);
+    case 'x':
+        a->cfg.exit_when_idle = true;
+        return 0;
+    case 'n':
+        a->migrate = false;
+        return 0;
     }
-    *out = (int)v;
-    return 0;
+    return -1;
 }
 
 int crier_cmd_serve(int argc, char **argv)
@@ -54,90 +83,43 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"no-migrate", no_argument, NULL, 'n'},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
-    crier_engine_config cfg;
+    serve_args a;
+    crier_engine_config *cfg = &a.cfg;
     crier_database db;
     char err[16384];
-    bool migrate = true;
-    int opt, rc = 1, timeout_ms = 15000;
+    int rc = 1;
 
     crier_cli_init(&cli);
-    memset(&cfg, 0, sizeof cfg);
-    cfg.poll_interval = 1.0;
-    cfg.shutdown_deadline = 10.0;
-    cfg.handle_signals = true;
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = crier_cli_option(&cli, opt, optarg);
-        if (r < 0)
-            goto out;
-        if (r > 0)
-            continue;
-        switch (opt) {
-        case 'b':
-            if (serve_int("batch-size", optarg, &cfg.fanout.batch_size) < 0)
-                goto out;
-            break;
-        case 'd':
-            if (serve_int("delivery-batch", optarg, &cfg.delivery.batch_size) < 0)
-                goto out;
-            break;
-        case 'm':
-            if (serve_int("max-inflight", optarg, &cfg.delivery.max_inflight) < 0)
-                goto out;
-            cfg.webhook.max_inflight = cfg.delivery.max_inflight;
-            break;
-        case 'l':
-            if (serve_int("lease", optarg, &cfg.delivery.lease_seconds) < 0)
-                goto out;
-            break;
-        case 'p': {
-            char *end;
-            cfg.poll_interval = strtod(optarg, &end);
-            if (*end || cfg.poll_interval <= 0) {
-                crier_cli_error("serve", "--poll expects a positive number of seconds, got '%s'", optarg);
-                goto out;
-            }
-            break;
-        }
-        case 't':
-            if (serve_int("timeout-ms", optarg, &timeout_ms) < 0)
-                goto out;
-            break;
-        case 'x':
-            cfg.exit_when_idle = true;
-            break;
-        case 'n':
-            migrate = false;
-            break;
-        default:
-            fputs(serve_help, stderr);
-            goto out;
-        }
-    }
-    if (cli.help) {
-        fputs(serve_help, stdout);
-        rc = 0;
+    memset(&a, 0, sizeof a);
+    a.migrate = true;
+    a.timeout_ms = 15000;
+    cfg->poll_interval = 1.0;
+    cfg->shutdown_deadline = 10.0;
+    cfg->handle_signals = true;
+    if (crier_cli_parse(&cli, serve_help, argc, argv, options, serve_option, &a, &rc))
         goto out;
-    }
+    rc = 2;
     if (optind < argc) {
         crier_cli_error("serve", "unexpected argument '%s' (see crier serve --help)", argv[optind]);
         goto out;
     }
-    cfg.webhook.total_timeout_ms = timeout_ms;
+    rc = 1;
+    cfg->webhook.total_timeout_ms = a.timeout_ms;
     if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
         crier_cli_error("serve", "%s", err);
         goto out;
     }
-    if (migrate && crier_migrate_run(db.conninfo, stderr, err, sizeof err) < 0) {
+    if (a.migrate && crier_migrate_run(db.conninfo, stderr, err, sizeof err) < 0) {
         crier_cli_error("serve", "%s", err);
         crier_database_close(&db);
         goto out;
     }
-    cfg.conninfo = db.conninfo;
-    cfg.lua_dir = cli.lua_dir;
-    cfg.rules_dir = cli.rules_dir;
-    cfg.settings = cli.settings;
-    cfg.n_settings = cli.n_settings;
-    if (crier_engine_run(&cfg, NULL, err, sizeof err) < 0)
+    cfg->conninfo = db.conninfo;
+    cfg->lua_dir = cli.lua_dir;
+    cfg->rules_dir = cli.rules_dir;
+    cfg->settings = cli.settings;
+    cfg->n_settings = cli.n_settings;
+    if (crier_engine_run(cfg, NULL, err, sizeof err) < 0)
         crier_cli_error("serve", "%s", err);
     else
         rc = 0;
