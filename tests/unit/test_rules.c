@@ -13,15 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
+#include "check.h"
 
 #define CHECK_CONTAINS(haystack, needle)                                              \
     do {                                                                              \
@@ -29,7 +21,7 @@ static int failures;
         if (!h_ || !strstr(h_, (needle))) {                                           \
             fprintf(stderr, "%s:%d: CHECK failed: \"%s\" not found in:\n%s\n", __FILE__, \
                     __LINE__, (needle), h_ ? h_ : "(null)");                         \
-            failures++;                                                               \
+            check_failures++;                                                               \
         }                                                                             \
     } while (0)
 
@@ -421,8 +413,8 @@ int main(void)
     test_broken_dir();
     test_rule_behaviour();
 
-    if (failures) {
-        fprintf(stderr, "test_rules: %d check(s) failed\n", failures);
+    if (check_failures) {
+        fprintf(stderr, "test_rules: %d check(s) failed\n", check_failures);
         return 1;
     }
     printf("test_rules: ok\n");

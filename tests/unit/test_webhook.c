@@ -26,15 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 #define MAX_OUTCOMES 4096
 
@@ -84,7 +76,7 @@ static void on_done(void *ud, const crier_webhook_result *r)
     if (c->in_send)
         c->reentrant_calls++;
     if (r->delivery_id < 0 || r->delivery_id >= MAX_OUTCOMES) {
-        failures++;
+        check_failures++;
         fprintf(stderr, "unexpected delivery id %lld\n", (long long)r->delivery_id);
         return;
     }
@@ -824,7 +816,7 @@ static void bench_send_next(test_ctx *c)
     req.secret = TEST_SECRET;
     if (crier_webhook_send(c->sender, &req) != 0) {
         fprintf(stderr, "bench send %d refused\n", i);
-        failures++;
+        check_failures++;
     }
 }
 
@@ -899,10 +891,10 @@ int main(void)
     ev_loop_destroy(ctx.loop);
     curl_global_cleanup();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (failures == 0 && system(cmd) != 0)
+    if (check_failures == 0 && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
-    if (failures) {
-        fprintf(stderr, "test_webhook: %d check(s) failed (logs in %s)\n", failures, dir);
+    if (check_failures) {
+        fprintf(stderr, "test_webhook: %d check(s) failed (logs in %s)\n", check_failures, dir);
         return 1;
     }
     printf("test_webhook: ok\n");
