@@ -1,7 +1,6 @@
 /* email.c — the email channel's sender: formats one RFC 5322 / MIME message per
  * notification and submits it over SMTP through libcurl's multi interface,
- * driven entirely by a libev loop (one ev_io per socket curl asks about, one
- * ev_timer for curl's timeout). The multi handle's connection cache lets
+ * driven by a libev loop through curl_ev.c. The multi handle's connection cache lets
  * consecutive messages to the same relay reuse a connection.
  *
  * The message is deterministic for a given input apart from its Date header:
@@ -22,15 +21,15 @@
  *
  * Shutdown: libcurl says QUIT on every cached SMTP connection when the multi
  * handle is cleaned up and waits for the reply, blocking for up to two minutes
- * if the relay hangs. The sender opens its sockets itself (open/close socket
+ * if the relay hangs. curl_ev.c opens the sockets itself (open/close socket
  * callbacks) and shuts them down before cleanup, so freeing never waits on a
  * server. */
 #include "email.h"
 
+#include "curl_ev.h"
 #include "log.h"
 
 #include <curl/curl.h>
-#include <ev.h>
 
 #include <assert.h>
 #include <inttypes.h>
@@ -40,9 +39,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <sys/socket.h>
 
 #define EMAIL_DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define EMAIL_DEFAULT_TOTAL_TIMEOUT_MS 60000L
@@ -526,7 +523,6 @@ cleanup:
 /* ---- the sender ---------------------------------------------------------- */
 
 typedef struct email_transfer email_transfer;
-typedef struct email_socket email_socket;
 
 /* One SMTP transaction in flight. */
 struct email_transfer {
@@ -541,29 +537,14 @@ struct email_transfer {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-/* The ev_io watching one socket curl told us about. */
-struct email_socket {
-    ev_io io;
-    crier_email_sender *sender;
-    curl_socket_t fd;
-    email_socket *prev, *next;
-};
-
 struct crier_email_sender {
-    struct ev_loop *loop;
-    CURLM *multi;
-    ev_timer timer;
+    crier_curl_ev *curl;
     crier_email_options opts;
     char *domain; /* owned copy of opts.message_id_domain */
     crier_email_done_fn done;
     void *ud;
     int inflight;
     email_transfer *active; /* doubly linked */
-    email_socket *sockets;  /* doubly linked */
-    curl_socket_t *fds;     /* every socket curl opened through us and has not closed */
-    size_t nfds, fds_cap;
-    int dispatching; /* > 0 while done callbacks may run */
-    int closing;     /* free was requested from inside a done callback */
 };
 
 static double email_now_ms(void)
@@ -609,142 +590,6 @@ static size_t email_read_cb(char *buf, size_t size, size_t nitems, void *userp)
     return n;
 }
 
-static void email_drain(crier_email_sender *s);
-
-static void email_io_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-    email_socket *es = w->data;
-    crier_email_sender *s = es->sender;
-    curl_socket_t fd = es->fd; /* es may be freed inside socket_action */
-    int action = 0, running = 0;
-
-    (void)loop;
-    if (revents & EV_READ)
-        action |= CURL_CSELECT_IN;
-    if (revents & EV_WRITE)
-        action |= CURL_CSELECT_OUT;
-    if (revents & EV_ERROR)
-        action |= CURL_CSELECT_ERR;
-    curl_multi_socket_action(s->multi, fd, action, &running);
-    email_drain(s);
-}
-
-static void email_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    crier_email_sender *s = w->data;
-    int running = 0;
-
-    (void)loop;
-    (void)revents;
-    curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    email_drain(s);
-}
-
-/* CURLMOPT_SOCKETFUNCTION: keeps one ev_io per socket in step with what curl
- * wants to wait for. */
-static int email_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-    crier_email_sender *s = userp;
-    email_socket *es = socketp;
-    int events = 0;
-
-    (void)easy;
-    if (what == CURL_POLL_REMOVE) {
-        if (es) {
-            ev_io_stop(s->loop, &es->io);
-            if (es->prev)
-                es->prev->next = es->next;
-            else
-                s->sockets = es->next;
-            if (es->next)
-                es->next->prev = es->prev;
-            free(es);
-            curl_multi_assign(s->multi, fd, NULL);
-        }
-        return 0;
-    }
-    if (!es) {
-        es = calloc(1, sizeof *es);
-        if (!es) {
-            crier_warn("email", "out of memory for a socket watcher");
-            return -1;
-        }
-        es->sender = s;
-        es->fd = fd;
-        es->next = s->sockets;
-        if (s->sockets)
-            s->sockets->prev = es;
-        s->sockets = es;
-        ev_init(&es->io, email_io_cb);
-        es->io.data = es;
-        curl_multi_assign(s->multi, fd, es);
-    } else {
-        ev_io_stop(s->loop, &es->io);
-    }
-    if (what & CURL_POLL_IN)
-        events |= EV_READ;
-    if (what & CURL_POLL_OUT)
-        events |= EV_WRITE;
-    ev_io_set(&es->io, fd, events);
-    ev_io_start(s->loop, &es->io);
-    return 0;
-}
-
-/* CURLMOPT_TIMERFUNCTION: (re)arms the single ev_timer. Never calls
- * socket_action itself; a 0 timeout fires on the next loop pass. */
-static int email_curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-    crier_email_sender *s = userp;
-
-    (void)multi;
-    ev_timer_stop(s->loop, &s->timer);
-    if (timeout_ms >= 0) {
-        ev_timer_set(&s->timer, (double)timeout_ms / 1000.0, 0.0);
-        ev_timer_start(s->loop, &s->timer);
-    }
-    return 0;
-}
-
-/* CURLOPT_OPENSOCKETFUNCTION: opens the socket (close-on-exec) and records it
- * so that destroy can shut it down before curl says QUIT on it. */
-static curl_socket_t email_open_socket_cb(void *clientp, curlsocktype purpose,
-                                          struct curl_sockaddr *addr)
-{
-    crier_email_sender *s = clientp;
-    curl_socket_t fd;
-
-    if (purpose != CURLSOCKTYPE_IPCXN)
-        return CURL_SOCKET_BAD;
-    if (s->nfds == s->fds_cap) {
-        size_t cap = s->fds_cap ? 2 * s->fds_cap : 16;
-        curl_socket_t *fds = realloc(s->fds, cap * sizeof *fds);
-
-        if (!fds)
-            return CURL_SOCKET_BAD;
-        s->fds = fds;
-        s->fds_cap = cap;
-    }
-    fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-    if (fd != CURL_SOCKET_BAD)
-        s->fds[s->nfds++] = fd;
-    return fd;
-}
-
-/* CURLOPT_CLOSESOCKETFUNCTION: forgets and closes a socket opened above. */
-static int email_close_socket_cb(void *clientp, curl_socket_t fd)
-{
-    crier_email_sender *s = clientp;
-    size_t i;
-
-    for (i = 0; i < s->nfds; i++) {
-        if (s->fds[i] == fd) {
-            s->fds[i] = s->fds[--s->nfds];
-            break;
-        }
-    }
-    return close(fd);
-}
-
 /* True for the 5xx replies about the relay's authentication or TLS policy
  * (RFC 4954: 530 authentication/STARTTLS required, 534 mechanism too weak, 535
  * credentials invalid, 538 encryption required): configuration, not message. */
@@ -753,15 +598,18 @@ static int email_is_auth_reply(long status)
     return status == 530 || status == 534 || status == 535 || status == 538;
 }
 
-/* Completes one transaction: builds and classifies the result, calls done,
- * frees the transfer (the connection stays cached in the multi handle). */
-static void email_finish(crier_email_sender *s, email_transfer *t, CURLcode code)
+/* crier_curl_ev_done_fn: completes one transaction — builds and classifies
+ * the result, calls done, frees the transfer (the connection stays cached in the multi handle). */
+static void email_curl_done(void *ud, CURL *easy, CURLcode code)
 {
+    crier_email_sender *s = ud;
+    email_transfer *t = NULL;
     crier_email_result r;
     long status = 0;
 
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
+    assert(t != NULL);
     email_active_unlink(s, t);
-    curl_multi_remove_handle(s->multi, t->easy);
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
 
     memset(&r, 0, sizeof r);
@@ -779,32 +627,6 @@ static void email_finish(crier_email_sender *s, email_transfer *t, CURLcode code
     s->inflight--;
     s->done(s->ud, &r);
     email_transfer_free(t);
-}
-
-static void email_sender_destroy(crier_email_sender *s);
-
-/* Reads curl's completion messages and dispatches them. Runs only from the
- * loop's watcher callbacks, so done is never called from inside send. */
-static void email_drain(crier_email_sender *s)
-{
-    CURLMsg *m;
-    int left;
-
-    s->dispatching++;
-    while (!s->closing && (m = curl_multi_info_read(s->multi, &left)) != NULL) {
-        email_transfer *t = NULL;
-        CURLcode code;
-
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        code = m->data.result;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&t);
-        assert(t != NULL);
-        email_finish(s, t, code);
-    }
-    s->dispatching--;
-    if (s->closing && s->dispatching == 0)
-        email_sender_destroy(s);
 }
 
 /* True for an smtp:// or smtps:// url without controls or spaces. */
@@ -866,10 +688,6 @@ static int email_transfer_setup(crier_email_sender *s, email_transfer *t,
     EMAIL_SETOPT(CURLOPT_INFILESIZE_LARGE, (curl_off_t)t->msg_len);
     EMAIL_SETOPT(CURLOPT_ERRORBUFFER, t->errbuf);
     EMAIL_SETOPT(CURLOPT_TCP_NODELAY, 1L);
-    EMAIL_SETOPT(CURLOPT_OPENSOCKETFUNCTION, email_open_socket_cb);
-    EMAIL_SETOPT(CURLOPT_OPENSOCKETDATA, s);
-    EMAIL_SETOPT(CURLOPT_CLOSESOCKETFUNCTION, email_close_socket_cb);
-    EMAIL_SETOPT(CURLOPT_CLOSESOCKETDATA, s);
     return 0;
 err:
     crier_warn("email", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,
@@ -877,6 +695,8 @@ err:
     return -1;
 #undef EMAIL_SETOPT
 }
+
+static void email_sender_destroy(void *ud);
 
 /* ---- public API ---------------------------------------------------------- */
 
@@ -892,7 +712,6 @@ crier_email_sender *crier_email_sender_new(struct ev_loop *loop, const crier_ema
     s = calloc(1, sizeof *s);
     if (!s)
         goto err;
-    s->loop = loop;
     s->done = done;
     s->ud = ud;
     if (opts)
@@ -916,25 +735,15 @@ crier_email_sender *crier_email_sender_new(struct ev_loop *loop, const crier_ema
     }
     s->opts.message_id_domain = s->domain;
 
-    ev_timer_init(&s->timer, email_timer_cb, 0.0, 0.0);
-    s->timer.data = s;
-    s->multi = curl_multi_init();
-    if (!s->multi)
-        goto err;
-    if (curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, email_socket_cb) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, email_curl_timer_cb) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)s->opts.max_inflight) != CURLM_OK)
+    s->curl = crier_curl_ev_new(loop, (long)s->opts.max_inflight, "email", email_curl_done,
+                                email_sender_destroy, s);
+    if (!s->curl)
         goto err;
     return s;
 err:
     crier_warn("email", "could not create the email sender");
-    if (s) {
-        if (s->multi)
-            curl_multi_cleanup(s->multi);
+    if (s)
         free(s->domain);
-    }
     free(s);
     return NULL;
 }
@@ -943,9 +752,8 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
 {
     email_transfer *t = NULL;
     char err[256];
-    CURLMcode mc;
 
-    if (!s || s->closing || !req)
+    if (!s || crier_curl_ev_closing(s->curl) || !req)
         return -1;
     if (s->inflight >= s->opts.max_inflight)
         return -1;
@@ -973,10 +781,8 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
     if (email_transfer_setup(s, t, req) != 0)
         goto err;
     t->start_ms = email_now_ms();
-    mc = curl_multi_add_handle(s->multi, t->easy);
-    if (mc != CURLM_OK) {
-        crier_warn("email", "delivery %" PRId64 ": curl_multi_add_handle: %s", req->delivery_id,
-                   curl_multi_strerror(mc));
+    if (crier_curl_ev_add(s->curl, t->easy) != 0) {
+        crier_warn("email", "delivery %" PRId64 ": libcurl refused the transfer", req->delivery_id);
         goto err;
     }
     t->next = s->active;
@@ -995,43 +801,24 @@ int crier_email_inflight(const crier_email_sender *s)
     return s ? s->inflight : 0;
 }
 
-static void email_sender_destroy(crier_email_sender *s)
+/* crier_curl_ev_destroy_fn: frees the transactions in flight and the sender
+ * (the driver shuts the connections down afterwards, so no QUIT is waited for). */
+static void email_sender_destroy(void *ud)
 {
+    crier_email_sender *s = ud;
     email_transfer *t, *next;
-    email_socket *es, *enext;
-    size_t i;
 
-    ev_timer_stop(s->loop, &s->timer);
     for (t = s->active; t; t = next) {
         next = t->next;
-        curl_multi_remove_handle(s->multi, t->easy);
+        crier_curl_ev_remove(s->curl, t->easy);
         email_transfer_free(t);
     }
-    s->active = NULL;
-    /* Cached connections get a QUIT from curl_multi_cleanup, which waits for
-     * the reply; shut the sockets down first so that fails at once. */
-    for (i = 0; i < s->nfds; i++)
-        shutdown(s->fds[i], SHUT_RDWR);
-    /* Closes cached connections; may still call the socket callbacks. */
-    curl_multi_cleanup(s->multi);
-    for (es = s->sockets; es; es = enext) {
-        enext = es->next;
-        ev_io_stop(s->loop, &es->io);
-        free(es);
-    }
-    ev_timer_stop(s->loop, &s->timer);
-    free(s->fds);
     free(s->domain);
     free(s);
 }
 
 void crier_email_sender_free(crier_email_sender *s)
 {
-    if (!s)
-        return;
-    s->closing = 1;
-    /* Called from inside a done callback: finish once dispatch unwinds. */
-    if (s->dispatching > 0)
-        return;
-    email_sender_destroy(s);
+    if (s)
+        crier_curl_ev_close(s->curl);
 }

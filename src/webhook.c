@@ -1,7 +1,6 @@
 /* webhook.c — the webhook channel's sender: signed JSON POSTs through libcurl's
- * multi interface, driven entirely by a libev loop (one ev_io per socket curl
- * asks about, one ev_timer for curl's timeout), with pooled easy handles and the
- * multi handle's connection cache so receivers see kept-alive connections.
+ * multi interface, driven by a libev loop through curl_ev.c, with pooled easy
+ * handles and the multi handle's connection cache so receivers see kept-alive connections.
  *
  * Response bodies: the first max_response_bytes are kept for the excerpt, the
  * rest is read and discarded so the connection can be reused; once more than
@@ -18,10 +17,10 @@
  * freed from inside a done callback (it is destroyed once dispatch unwinds). */
 #include "webhook.h"
 
+#include "curl_ev.h"
 #include "log.h"
 
 #include <curl/curl.h>
-#include <ev.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -50,7 +49,6 @@
 #define WEBHOOK_USER_AGENT "crier/0.1"
 
 typedef struct webhook_transfer webhook_transfer;
-typedef struct webhook_socket webhook_socket;
 
 /* One request in flight, or an idle pooled easy handle ready for the next. */
 struct webhook_transfer {
@@ -68,18 +66,8 @@ struct webhook_transfer {
     char errbuf[CURL_ERROR_SIZE];
 };
 
-/* The ev_io watching one socket curl told us about. */
-struct webhook_socket {
-    ev_io io;
-    crier_webhook_sender *sender;
-    curl_socket_t fd;
-    webhook_socket *prev, *next;
-};
-
 struct crier_webhook_sender {
-    struct ev_loop *loop;
-    CURLM *multi;
-    ev_timer timer;
+    crier_curl_ev *curl;
     crier_webhook_options opts;
     crier_webhook_done_fn done;
     void *ud;
@@ -87,9 +75,6 @@ struct crier_webhook_sender {
     webhook_transfer *active; /* doubly linked */
     webhook_transfer *idle;   /* singly linked pool */
     int idle_count;
-    webhook_socket *sockets; /* doubly linked */
-    int dispatching;         /* > 0 while done callbacks may run */
-    int closing;             /* free was requested from inside a done callback */
 };
 
 static double webhook_now_ms(void)
@@ -330,102 +315,6 @@ static size_t webhook_header_cb(char *data, size_t size, size_t nmemb, void *use
     return n;
 }
 
-static void webhook_drain(crier_webhook_sender *s);
-
-static void webhook_io_cb(struct ev_loop *loop, ev_io *w, int revents)
-{
-    webhook_socket *ws = w->data;
-    crier_webhook_sender *s = ws->sender;
-    curl_socket_t fd = ws->fd; /* ws may be freed inside socket_action */
-    int action = 0, running = 0;
-
-    (void)loop;
-    if (revents & EV_READ)
-        action |= CURL_CSELECT_IN;
-    if (revents & EV_WRITE)
-        action |= CURL_CSELECT_OUT;
-    if (revents & EV_ERROR)
-        action |= CURL_CSELECT_ERR;
-    curl_multi_socket_action(s->multi, fd, action, &running);
-    webhook_drain(s);
-}
-
-static void webhook_timer_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    crier_webhook_sender *s = w->data;
-    int running = 0;
-
-    (void)loop;
-    (void)revents;
-    curl_multi_socket_action(s->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    webhook_drain(s);
-}
-
-/* CURLMOPT_SOCKETFUNCTION: keeps one ev_io per socket in step with what curl
- * wants to wait for. */
-static int webhook_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
-{
-    crier_webhook_sender *s = userp;
-    webhook_socket *ws = socketp;
-    int events = 0;
-
-    (void)easy;
-    if (what == CURL_POLL_REMOVE) {
-        if (ws) {
-            ev_io_stop(s->loop, &ws->io);
-            if (ws->prev)
-                ws->prev->next = ws->next;
-            else
-                s->sockets = ws->next;
-            if (ws->next)
-                ws->next->prev = ws->prev;
-            free(ws);
-            curl_multi_assign(s->multi, fd, NULL);
-        }
-        return 0;
-    }
-    if (!ws) {
-        ws = calloc(1, sizeof *ws);
-        if (!ws) {
-            crier_warn("webhook", "out of memory for a socket watcher");
-            return -1;
-        }
-        ws->sender = s;
-        ws->fd = fd;
-        ws->next = s->sockets;
-        if (s->sockets)
-            s->sockets->prev = ws;
-        s->sockets = ws;
-        ev_init(&ws->io, webhook_io_cb);
-        ws->io.data = ws;
-        curl_multi_assign(s->multi, fd, ws);
-    } else {
-        ev_io_stop(s->loop, &ws->io);
-    }
-    if (what & CURL_POLL_IN)
-        events |= EV_READ;
-    if (what & CURL_POLL_OUT)
-        events |= EV_WRITE;
-    ev_io_set(&ws->io, fd, events);
-    ev_io_start(s->loop, &ws->io);
-    return 0;
-}
-
-/* CURLMOPT_TIMERFUNCTION: (re)arms the single ev_timer. Never calls
- * socket_action itself; a 0 timeout fires on the next loop pass. */
-static int webhook_curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
-{
-    crier_webhook_sender *s = userp;
-
-    (void)multi;
-    ev_timer_stop(s->loop, &s->timer);
-    if (timeout_ms >= 0) {
-        ev_timer_set(&s->timer, (double)timeout_ms / 1000.0, 0.0);
-        ev_timer_start(s->loop, &s->timer);
-    }
-    return 0;
-}
-
 /* ---- transfers ---------------------------------------------------------- */
 
 static void webhook_transfer_free(webhook_transfer *t)
@@ -475,7 +364,7 @@ static void webhook_transfer_put(crier_webhook_sender *s, webhook_transfer *t)
 {
     curl_slist_free_all(t->headers);
     t->headers = NULL;
-    if (s->closing || s->idle_count >= s->opts.max_inflight) {
+    if (crier_curl_ev_closing(s->curl) || s->idle_count >= s->opts.max_inflight) {
         webhook_transfer_free(t);
         return;
     }
@@ -574,14 +463,18 @@ err:
 #undef WEBHOOK_SETOPT
 }
 
-/* Completes one transfer: builds the result, calls done, pools the handle. */
-static void webhook_finish(crier_webhook_sender *s, webhook_transfer *t, CURLcode code)
+/* crier_curl_ev_done_fn: completes one transfer — builds the result, calls
+ * done, pools the handle. */
+static void webhook_curl_done(void *ud, CURL *easy, CURLcode code)
 {
+    crier_webhook_sender *s = ud;
+    webhook_transfer *t = NULL;
     crier_webhook_result r;
     long status = 0;
 
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
+    assert(t != NULL);
     webhook_active_unlink(s, t);
-    curl_multi_remove_handle(s->multi, t->easy);
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
 
     memset(&r, 0, sizeof r);
@@ -609,31 +502,7 @@ static void webhook_finish(crier_webhook_sender *s, webhook_transfer *t, CURLcod
     webhook_transfer_put(s, t);
 }
 
-static void webhook_sender_destroy(crier_webhook_sender *s);
-
-/* Reads curl's completion messages and dispatches them. Runs only from the
- * loop's watcher callbacks, so done is never called from inside send. */
-static void webhook_drain(crier_webhook_sender *s)
-{
-    CURLMsg *m;
-    int left;
-
-    s->dispatching++;
-    while (!s->closing && (m = curl_multi_info_read(s->multi, &left)) != NULL) {
-        webhook_transfer *t = NULL;
-        CURLcode code;
-
-        if (m->msg != CURLMSG_DONE)
-            continue;
-        code = m->data.result;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&t);
-        assert(t != NULL);
-        webhook_finish(s, t, code);
-    }
-    s->dispatching--;
-    if (s->closing && s->dispatching == 0)
-        webhook_sender_destroy(s);
-}
+static void webhook_sender_destroy(void *ud);
 
 /* ---- public API --------------------------------------------------------- */
 
@@ -650,7 +519,6 @@ crier_webhook_sender *crier_webhook_sender_new(struct ev_loop *loop,
     s = calloc(1, sizeof *s);
     if (!s)
         goto err;
-    s->loop = loop;
     s->done = done;
     s->ud = ud;
     if (opts)
@@ -665,22 +533,13 @@ crier_webhook_sender *crier_webhook_sender_new(struct ev_loop *loop,
     if (s->opts.max_inflight <= 0)
         s->opts.max_inflight = WEBHOOK_DEFAULT_MAX_INFLIGHT;
 
-    ev_timer_init(&s->timer, webhook_timer_cb, 0.0, 0.0);
-    s->timer.data = s;
-    s->multi = curl_multi_init();
-    if (!s->multi)
-        goto err;
-    if (curl_multi_setopt(s->multi, CURLMOPT_SOCKETFUNCTION, webhook_socket_cb) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_SOCKETDATA, s) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_TIMERFUNCTION, webhook_curl_timer_cb) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_TIMERDATA, s) != CURLM_OK ||
-        curl_multi_setopt(s->multi, CURLMOPT_MAXCONNECTS, (long)s->opts.max_inflight) != CURLM_OK)
+    s->curl = crier_curl_ev_new(loop, (long)s->opts.max_inflight, "webhook", webhook_curl_done,
+                                webhook_sender_destroy, s);
+    if (!s->curl)
         goto err;
     return s;
 err:
     crier_warn("webhook", "could not create the webhook sender");
-    if (s && s->multi)
-        curl_multi_cleanup(s->multi);
     free(s);
     return NULL;
 }
@@ -690,9 +549,8 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     webhook_transfer *t = NULL;
     char signature[WEBHOOK_SIGNATURE_LEN];
     int64_t timestamp;
-    CURLMcode mc;
 
-    if (!s || s->closing || webhook_check_request(req) != 0)
+    if (!s || crier_curl_ev_closing(s->curl) || webhook_check_request(req) != 0)
         return -1;
     if (s->inflight >= s->opts.max_inflight)
         return -1;
@@ -712,10 +570,8 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
         goto err;
     t->start_ms = webhook_now_ms();
-    mc = curl_multi_add_handle(s->multi, t->easy);
-    if (mc != CURLM_OK) {
-        crier_warn("webhook", "delivery %" PRId64 ": curl_multi_add_handle: %s", req->delivery_id,
-                   curl_multi_strerror(mc));
+    if (crier_curl_ev_add(s->curl, t->easy) != 0) {
+        crier_warn("webhook", "delivery %" PRId64 ": libcurl refused the transfer", req->delivery_id);
         goto err;
     }
     t->next = s->active;
@@ -734,41 +590,27 @@ int crier_webhook_inflight(const crier_webhook_sender *s)
     return s ? s->inflight : 0;
 }
 
-static void webhook_sender_destroy(crier_webhook_sender *s)
+/* crier_curl_ev_destroy_fn: frees the transfers in flight and pooled, and the
+ * sender (the driver closes the connections afterwards). */
+static void webhook_sender_destroy(void *ud)
 {
+    crier_webhook_sender *s = ud;
     webhook_transfer *t, *next;
-    webhook_socket *ws, *wnext;
 
-    ev_timer_stop(s->loop, &s->timer);
     for (t = s->active; t; t = next) {
         next = t->next;
-        curl_multi_remove_handle(s->multi, t->easy);
+        crier_curl_ev_remove(s->curl, t->easy);
         webhook_transfer_free(t);
     }
-    s->active = NULL;
     for (t = s->idle; t; t = next) {
         next = t->next;
         webhook_transfer_free(t);
     }
-    s->idle = NULL;
-    /* Closes cached connections; may still call the socket callback. */
-    curl_multi_cleanup(s->multi);
-    for (ws = s->sockets; ws; ws = wnext) {
-        wnext = ws->next;
-        ev_io_stop(s->loop, &ws->io);
-        free(ws);
-    }
-    ev_timer_stop(s->loop, &s->timer);
     free(s);
 }
 
 void crier_webhook_sender_free(crier_webhook_sender *s)
 {
-    if (!s)
-        return;
-    s->closing = 1;
-    /* Called from inside a done callback: finish once dispatch unwinds. */
-    if (s->dispatching > 0)
-        return;
-    webhook_sender_destroy(s);
+    if (s)
+        crier_curl_ev_close(s->curl);
 }

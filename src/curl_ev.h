@@ -1,0 +1,47 @@
+/* curl_ev.h — libcurl's multi interface driven by a libev loop: one ev_io per
+ * socket curl asks about, one ev_timer for curl's timeout, completions handed
+ * to the owner from the loop. Shared by the channels that speak through
+ * libcurl (webhook, email). */
+#ifndef CRIER_CURL_EV_H
+#define CRIER_CURL_EV_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+
+struct ev_loop;
+
+typedef struct crier_curl_ev crier_curl_ev;
+
+/* A transfer completed: easy has already been removed from the multi handle
+ * and belongs to the owner again. Called from the loop only, never from inside
+ * crier_curl_ev_add. The owner may call crier_curl_ev_close from here. */
+typedef void (*crier_curl_ev_done_fn)(void *ud, CURL *easy, CURLcode code);
+
+/* The driver is going away: the owner must remove (crier_curl_ev_remove) and
+ * free its transfers still in flight, and may free itself. Called exactly once,
+ * when no done callback is running. */
+typedef void (*crier_curl_ev_destroy_fn)(void *ud);
+
+/* Creates a driver on loop keeping up to max_connects cached connections.
+ * Returns NULL on failure (logged under module). */
+crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const char *module,
+                                 crier_curl_ev_done_fn done, crier_curl_ev_destroy_fn destroy, void *ud);
+
+/* Starts a transfer. Also sets easy's socket open/close callbacks, so that the
+ * driver knows every socket and can shut them down at close (a cached SMTP
+ * connection would otherwise make curl_multi_cleanup wait for a QUIT reply).
+ * Returns 0, or -1 (logged) if curl refused the handle. */
+int crier_curl_ev_add(crier_curl_ev *c, CURL *easy);
+
+/* Removes a transfer that has not completed (the owner then owns easy). */
+void crier_curl_ev_remove(crier_curl_ev *c, CURL *easy);
+
+/* True once close was requested. */
+bool crier_curl_ev_closing(const crier_curl_ev *c);
+
+/* Requests the end: no more completions are dispatched; the destroy callback
+ * runs now, or right after the done callback that called this returns; then
+ * every socket is shut down and the driver freed. NULL is a no-op. */
+void crier_curl_ev_close(crier_curl_ev *c);
+
+#endif
