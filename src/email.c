@@ -26,6 +26,7 @@
  * server. */
 #include "email.h"
 
+#include "base64.h"
 #include "curl_ev.h"
 #include "log.h"
 
@@ -39,7 +40,6 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
 
 #define EMAIL_DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define EMAIL_DEFAULT_TOTAL_TIMEOUT_MS 60000L
@@ -113,20 +113,6 @@ static void email_buf_printf(email_buf *b, const char *fmt, ...)
         return;
     }
     email_buf_add(b, tmp, (size_t)n);
-}
-
-static void email_set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void email_set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err || err_len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
 }
 
 /* ---- validation and cleaning --------------------------------------------- */
@@ -213,18 +199,18 @@ static int email_check_address(const char *a, const char *what, char *err, size_
     size_t len;
 
     if (!a || !*a) {
-        email_set_err(err, err_len, "%s address is missing", what);
+        crier_set_error(err, err_len, "%s address is missing", what);
         return -1;
     }
     len = strlen(a);
     if (len > EMAIL_MAX_ADDRESS_LEN) {
-        email_set_err(err, err_len, "%s address is longer than %d bytes", what,
+        crier_set_error(err, err_len, "%s address is longer than %d bytes", what,
                       EMAIL_MAX_ADDRESS_LEN);
         return -1;
     }
     for (p = (const unsigned char *)a; *p; p++) {
         if (*p <= 0x20 || *p >= 0x7f || strchr("<>\"(),;:\\[]", *p)) {
-            email_set_err(err, err_len,
+            crier_set_error(err, err_len,
                           "%s address has a forbidden character (control, space, non-ASCII "
                           "or one of <>\"(),;:\\[])",
                           what);
@@ -233,7 +219,7 @@ static int email_check_address(const char *a, const char *what, char *err, size_
     }
     at = strchr(a, '@');
     if (!at || at == a || at[1] == '\0' || strchr(at + 1, '@')) {
-        email_set_err(err, err_len,
+        crier_set_error(err, err_len,
                       "%s address must have exactly one '@' between a local "
                       "part and a domain",
                       what);
@@ -264,28 +250,6 @@ static int email_is_token(const char *s, size_t max, const char *extra)
 
 /* ---- encodings ----------------------------------------------------------- */
 
-static void email_put_base64(email_buf *b, const unsigned char *in, size_t len)
-{
-    static const char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char quad[4];
-    size_t i;
-
-    for (i = 0; i < len; i += 3) {
-        unsigned long v = (unsigned long)in[i] << 16;
-
-        if (i + 1 < len)
-            v |= (unsigned long)in[i + 1] << 8;
-        if (i + 2 < len)
-            v |= in[i + 2];
-        quad[0] = alphabet[(v >> 18) & 63];
-        quad[1] = alphabet[(v >> 12) & 63];
-        quad[2] = i + 1 < len ? alphabet[(v >> 6) & 63] : '=';
-        quad[3] = i + 2 < len ? alphabet[v & 63] : '=';
-        email_buf_add(b, quad, 4);
-    }
-}
-
 /* Appends s (clean UTF-8) as RFC 2047 encoded words of at most
  * EMAIL_WORD_BYTES bytes each, never splitting a character, separated by a
  * fold (CRLF SP). An empty s appends nothing. */
@@ -309,7 +273,10 @@ static void email_put_encoded_words(email_buf *b, const char *s)
         if (!first)
             email_buf_puts(b, "\r\n ");
         email_buf_puts(b, "=?UTF-8?B?");
-        email_put_base64(b, p, n);
+        {
+            char word[CRIER_BASE64_ENCODED_SIZE(EMAIL_WORD_BYTES)];
+            email_buf_add(b, word, crier_base64_encode(p, n, word));
+        }
         email_buf_puts(b, "?=");
         p += n;
         first = 0;
@@ -445,16 +412,16 @@ int crier_email_format(const crier_email_message *m, const crier_email_options *
     int rc = -1;
 
     if (!m || !out || !out_len) {
-        email_set_err(err, err_len, "missing message or output");
+        crier_set_error(err, err_len, "missing message or output");
         return -1;
     }
     if (!email_is_token(m->message_id, EMAIL_MAX_ID_LEN, "._+=-")) {
-        email_set_err(err, err_len, "message_id must be 1..%d bytes of [A-Za-z0-9._+=-]",
+        crier_set_error(err, err_len, "message_id must be 1..%d bytes of [A-Za-z0-9._+=-]",
                       EMAIL_MAX_ID_LEN);
         return -1;
     }
     if (!email_is_token(domain, EMAIL_MAX_DOMAIN_LEN, ".-")) {
-        email_set_err(err, err_len, "message_id_domain must be 1..%d bytes of [A-Za-z0-9.-]",
+        crier_set_error(err, err_len, "message_id_domain must be 1..%d bytes of [A-Za-z0-9.-]",
                       EMAIL_MAX_DOMAIN_LEN);
         return -1;
     }
@@ -462,13 +429,13 @@ int crier_email_format(const crier_email_message *m, const crier_email_options *
         email_check_address(m->to_address, "to", err, err_len) != 0)
         return -1;
     if (!m->text && !m->html) {
-        email_set_err(err, err_len, "message has neither a text nor an html part");
+        crier_set_error(err, err_len, "message has neither a text nor an html part");
         return -1;
     }
 
     when = m->date ? (time_t)m->date : time(NULL);
     if (!gmtime_r(&when, &tm)) {
-        email_set_err(err, err_len, "date out of range");
+        crier_set_error(err, err_len, "date out of range");
         return -1;
     }
     subject = email_clean_text(m->subject);
@@ -513,7 +480,7 @@ int crier_email_format(const crier_email_message *m, const crier_email_options *
     rc = 0;
     goto cleanup;
 oom:
-    email_set_err(err, err_len, "out of memory");
+    crier_set_error(err, err_len, "out of memory");
 cleanup:
     free(subject);
     free(b.data);

@@ -54,3 +54,14 @@ void crier_log(crier_log_level level, const char *module, const char *fmt, ...)
     }
     fputs(line, stderr);
 }
+
+void crier_set_error(char *err, size_t err_len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || err_len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}

@@ -2,6 +2,8 @@
 #ifndef CRIER_LOG_H
 #define CRIER_LOG_H
 
+#include <stddef.h>
+
 typedef enum { CRIER_LOG_DEBUG = 0, CRIER_LOG_INFO, CRIER_LOG_WARN, CRIER_LOG_ERROR } crier_log_level;
 
 /* Sets the lowest level that is printed (default INFO; CRIER_LOG=debug|info|warn|error). */
@@ -11,6 +13,10 @@ void crier_log_init_from_env(void);
 /* Prints "crier[pid] LEVEL module: message" to stderr when level is enabled. */
 void crier_log(crier_log_level level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Formats an error message into the caller's buffer err (err_len bytes,
+ * truncated to fit); NULL or empty buffers are ignored. */
+void crier_set_error(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define crier_debug(mod, ...) crier_log(CRIER_LOG_DEBUG, mod, __VA_ARGS__)
 #define crier_info(mod, ...) crier_log(CRIER_LOG_INFO, mod, __VA_ARGS__)

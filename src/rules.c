@@ -8,7 +8,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,19 +35,6 @@ typedef struct {
     char *source;
     size_t source_len;
 } rules_file;
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    va_list ap;
-    if (!err || err_len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* Message handler for lua_pcall: the error message with a Lua traceback. */
 static int rules_traceback(lua_State *L)
@@ -123,7 +109,7 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
     char *buf = NULL;
     size_t len = 0, cap = 0;
     if (!f) {
-        set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        crier_set_error(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     for (;;) {
@@ -132,12 +118,12 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
             char *grown;
             cap = cap ? cap * 2 : 8192;
             if (cap > RULES_MAX_FILE_BYTES + 4096) {
-                set_err(err, err_len, "%s: larger than %u bytes", path, RULES_MAX_FILE_BYTES);
+                crier_set_error(err, err_len, "%s: larger than %u bytes", path, RULES_MAX_FILE_BYTES);
                 goto err;
             }
             grown = realloc(buf, cap);
             if (!grown) {
-                set_err(err, err_len, "%s: out of memory", path);
+                crier_set_error(err, err_len, "%s: out of memory", path);
                 goto err;
             }
             buf = grown;
@@ -146,7 +132,7 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
         len += n;
         if (n == 0) {
             if (ferror(f)) {
-                set_err(err, err_len, "%s: read error: %s", path, strerror(errno));
+                crier_set_error(err, err_len, "%s: read error: %s", path, strerror(errno));
                 goto err;
             }
             break;
@@ -173,7 +159,7 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
     rules_file *files = NULL;
     size_t n = 0, cap = 0;
     if (!d) {
-        set_err(err, err_len, "%s: cannot open rules directory: %s", dir, strerror(errno));
+        crier_set_error(err, err_len, "%s: cannot open rules directory: %s", dir, strerror(errno));
         return -1;
     }
     while ((de = readdir(d)) != NULL) {
@@ -187,7 +173,7 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
             cap = cap ? cap * 2 : 16;
             grown = realloc(files, cap * sizeof *files);
             if (!grown) {
-                set_err(err, err_len, "%s: out of memory", dir);
+                crier_set_error(err, err_len, "%s: out of memory", dir);
                 goto err;
             }
             files = grown;
@@ -200,7 +186,7 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
         if (!f->name || !f->path) {
             free(f->name);
             free(f->path);
-            set_err(err, err_len, "%s: out of memory", dir);
+            crier_set_error(err, err_len, "%s: out of memory", dir);
             goto err;
         }
         snprintf(f->path, path_len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
@@ -259,7 +245,7 @@ static int compute_version(const rules_file *files, size_t n, char out[65], char
         ok = EVP_DigestFinal_ex(ctx, digest, &digest_len) == 1 && digest_len == 32;
     EVP_MD_CTX_free(ctx);
     if (!ok) {
-        set_err(err, err_len, "cannot compute the rules version: SHA-256 failed");
+        crier_set_error(err, err_len, "cannot compute the rules version: SHA-256 failed");
         return -1;
     }
     for (unsigned int i = 0; i < digest_len; i++)
@@ -281,7 +267,7 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     int status;
 
     if (!lua_dir || !rules_dir) {
-        set_err(err, err_len, "crier_rules_load: lua_dir and rules_dir are required");
+        crier_set_error(err, err_len, "crier_rules_load: lua_dir and rules_dir are required");
         return NULL;
     }
     if (read_rules_dir(rules_dir, &files, &n_files, err, err_len) != 0)
@@ -289,7 +275,7 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
 
     rules = calloc(1, sizeof *rules);
     if (!rules) {
-        set_err(err, err_len, "out of memory");
+        crier_set_error(err, err_len, "out of memory");
         goto err;
     }
     rules->generation_ref = LUA_NOREF;
@@ -299,7 +285,7 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
 
     L = luaL_newstate();
     if (!L) {
-        set_err(err, err_len, "cannot create a Lua state");
+        crier_set_error(err, err_len, "cannot create a Lua state");
         goto err;
     }
     rules->L = L;
@@ -316,7 +302,7 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     lua_pushliteral(L, "crier.runtime");
     status = rules_pcall(L, 1, 1);
     if (status != 0) {
-        set_err(err, err_len, "%s/crier/runtime.lua: cannot load the crier library: %s", lua_dir,
+        crier_set_error(err, err_len, "%s/crier/runtime.lua: cannot load the crier library: %s", lua_dir,
                 lua_error_text(L, status));
         goto err;
     }
@@ -342,12 +328,12 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     }
     status = rules_pcall(L, 2, 2);
     if (status != 0) {
-        set_err(err, err_len, "%s: loading rules failed: %s", rules_dir, lua_error_text(L, status));
+        crier_set_error(err, err_len, "%s: loading rules failed: %s", rules_dir, lua_error_text(L, status));
         goto err;
     }
     if (lua_isnil(L, -2)) {
         const char *msg = lua_tostring(L, -1);
-        set_err(err, err_len, "%s", msg ? msg : "rules failed to load (no message)");
+        crier_set_error(err, err_len, "%s", msg ? msg : "rules failed to load (no message)");
         goto err;
     }
     lua_pop(L, 1);
@@ -556,7 +542,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
     const char *why = NULL;
     size_t n;
     if (lua_type(L, top) != LUA_TTABLE) {
-        set_err(err, err_len, "crier.runtime returned a %s instead of a plan",
+        crier_set_error(err, err_len, "crier.runtime returned a %s instead of a plan",
                 luaL_typename(L, top));
         return -1;
     }
@@ -628,9 +614,9 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
 bad:
     lua_settop(L, top);
     if (strcmp(why, "out of memory") == 0)
-        set_err(err, err_len, "out of memory while copying the plan");
+        crier_set_error(err, err_len, "out of memory while copying the plan");
     else
-        set_err(err, err_len, "crier.runtime returned a malformed plan (bad %s)", why);
+        crier_set_error(err, err_len, "crier.runtime returned a malformed plan (bad %s)", why);
     return -1;
 }
 
@@ -648,7 +634,7 @@ static crier_plan_status failure_status(lua_State *L, char *err, size_t err_len)
 {
     const char *msg = lua_tostring(L, -2);
     const char *code = lua_tostring(L, -1);
-    set_err(err, err_len, "%s", msg ? msg : "rules failed without a message");
+    crier_set_error(err, err_len, "%s", msg ? msg : "rules failed without a message");
     return status_from_code(code);
 }
 
@@ -676,7 +662,7 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
 
     status = rules_pcall(L, 2, 3);
     if (status != 0) {
-        set_err(err, err_len, "%s", lua_error_text(L, status));
+        crier_set_error(err, err_len, "%s", lua_error_text(L, status));
         result = CRIER_PLAN_RULE_ERROR;
     } else if (lua_isnil(L, -3)) {
         result = failure_status(L, err, err_len);
@@ -704,7 +690,7 @@ crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_typ
     lua_pushstring(L, payload_json ? payload_json : "");
     status = rules_pcall(L, 3, 3);
     if (status != 0) {
-        set_err(err, err_len, "%s", lua_error_text(L, status));
+        crier_set_error(err, err_len, "%s", lua_error_text(L, status));
         result = CRIER_PLAN_RULE_ERROR;
     } else if (lua_isnil(L, -3)) {
         result = failure_status(L, err, err_len);

@@ -17,6 +17,7 @@
  * freed from inside a done callback (it is destroyed once dispatch unwinds). */
 #include "webhook.h"
 
+#include "base64.h"
 #include "curl_ev.h"
 #include "log.h"
 
@@ -85,54 +86,6 @@ static double webhook_now_ms(void)
     return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-/* ---- base64 ------------------------------------------------------------- */
-
-static int webhook_b64_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-/* Decodes standard base64 (padding optional, no whitespace) into out, which
- * must hold at least 3 * (len + 3) / 4 bytes. Returns the decoded length, or -1
- * on a character outside the alphabet, misplaced padding or a dangling digit. */
-static long webhook_b64_decode(const char *in, size_t len, unsigned char *out)
-{
-    unsigned long acc = 0;
-    int bits = 0;
-    size_t i, digits, pad = 0;
-    long n = 0;
-
-    while (pad < 2 && len > 0 && in[len - 1] == '=') {
-        len--;
-        pad++;
-    }
-    digits = len;
-    if (digits % 4 == 1 || (pad > 0 && (digits + pad) % 4 != 0))
-        return -1;
-    for (i = 0; i < digits; i++) {
-        int v = webhook_b64_value((unsigned char)in[i]);
-        if (v < 0)
-            return -1;
-        acc = (acc << 6) | (unsigned long)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[n++] = (unsigned char)((acc >> bits) & 0xff);
-        }
-    }
-    return n;
-}
-
 /* ---- signature ---------------------------------------------------------- */
 
 int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t timestamp,
@@ -160,7 +113,7 @@ int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t times
         key = malloc(3 * (b64_len + 3) / 4 + 1);
         if (!key)
             return -1;
-        key_len = webhook_b64_decode(b64, b64_len, key);
+        key_len = crier_base64_decode(b64, b64_len, key);
     } else {
         key_len = (long)strlen(secret);
         key = malloc((size_t)key_len + 1);
@@ -190,7 +143,7 @@ int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t times
         !EVP_MAC_final(ctx, mac, &mac_len, sizeof mac) || mac_len != 32)
         goto out;
     memcpy(out, "v1,", 3);
-    EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)mac_len); /* writes 44 + NUL */
+    crier_base64_encode(mac, mac_len, out + 3); /* writes 44 + NUL */
     rc = 0;
 out:
     EVP_MAC_CTX_free(ctx);

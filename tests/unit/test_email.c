@@ -7,6 +7,7 @@
 #define _GNU_SOURCE /* strcasestr */
 
 #include "check.h"
+#include "base64.h"
 #include "email.h"
 #include "log.h"
 
@@ -37,43 +38,6 @@
 #define HTML "<p>Hallo J\xc3\xbcrgen, <b>12,50&nbsp;&euro;</b></p>\n"
 
 /* ---- small decoders used to read messages back --------------------------- */
-
-static int b64_value(int c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-/* Decodes base64 in[0..len) into out (NUL-terminated). Returns the length. */
-static size_t b64_decode(const char *in, size_t len, char *out)
-{
-    unsigned long acc = 0;
-    int bits = 0;
-    size_t i, n = 0;
-
-    for (i = 0; i < len && in[i] != '='; i++) {
-        int v = b64_value((unsigned char)in[i]);
-        if (v < 0)
-            continue;
-        acc = (acc << 6) | (unsigned long)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[n++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    out[n] = '\0';
-    return n;
-}
 
 /* Copies the unfolded value of header name (e.g. "Subject") from msg into out,
  * decoding =?UTF-8?B?…?= words (whitespace between words dropped). Returns 0,
@@ -107,7 +71,10 @@ static int header_value(const char *msg, const char *name, char *out, size_t out
             if (!q || q > end)
                 return -1;
             CHECK(q + 2 - p <= 75);
-            n = b64_decode(p + 10, (size_t)(q - (p + 10)), tmp);
+            long dn = crier_base64_decode(p + 10, (size_t)(q - (p + 10)), (unsigned char *)tmp);
+            if (dn < 0)
+                return -1;
+            n = (size_t)dn;
             if (o + n + 1 > out_len)
                 return -1;
             memcpy(out + o, tmp, n);
