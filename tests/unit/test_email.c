@@ -7,6 +7,7 @@
 #define _GNU_SOURCE /* strcasestr */
 
 #include "check.h"
+#include "child_server.h"
 #include "base64.h"
 #include "email.h"
 #include "log.h"
@@ -535,12 +536,10 @@ static int sink_start(sink *k, const char *dir, const char *name, int port, ...)
     va_end(ap);
     argv[argc] = NULL;
 
-    k->pid = fork();
-    if (k->pid < 0)
+    k->pid = child_server_start(argv, port_file, &k->port);
+    if (k->pid <= 0) {
+        k->pid = 0;
         return -1;
-    if (k->pid == 0) {
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
     }
     for (i = 0; i < MAX_SINKS; i++) {
         if (!sinks[i]) {
@@ -548,36 +547,15 @@ static int sink_start(sink *k, const char *dir, const char *name, int port, ...)
             break;
         }
     }
-    for (i = 0; i < 1000; i++) { /* up to 10 s */
-        FILE *f = fopen(port_file, "r");
-        int status;
-
-        if (f) {
-            int ok = fscanf(f, "%d", &k->port) == 1;
-            fclose(f);
-            if (ok && k->port > 0)
-                return 0;
-        }
-        if (waitpid(k->pid, &status, WNOHANG) == k->pid) {
-            fprintf(stderr, "smtp_sink.py exited early (status %d)\n", status);
-            k->pid = 0;
-            return -1;
-        }
-        usleep(10000);
-    }
-    return -1;
+    return 0;
 }
 
 static void sink_stop(sink *k)
 {
     int i;
 
-    if (k->pid > 0) {
-        kill(k->pid, SIGTERM);
-        kill(k->pid, SIGCONT); /* in case a test stopped it */
-        waitpid(k->pid, NULL, 0);
-        k->pid = 0;
-    }
+    child_server_stop(k->pid);
+    k->pid = 0;
     for (i = 0; i < MAX_SINKS; i++)
         if (sinks[i] == k)
             sinks[i] = NULL;

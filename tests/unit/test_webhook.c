@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "child_server.h"
 
 #define MAX_OUTCOMES 4096
 
@@ -155,7 +156,7 @@ static int receiver_start(receiver *r, const char *dir, const char *name, const 
     const char *src = getenv("CRIER_SOURCE_DIR");
     char script[1024], port_file[512];
     const char *argv[12];
-    int argc = 0, i;
+    int argc = 0;
 
     if (!src || !*src)
         src = ".";
@@ -178,39 +179,14 @@ static int receiver_start(receiver *r, const char *dir, const char *name, const 
     }
     argv[argc] = NULL;
 
-    r->pid = fork();
-    if (r->pid < 0)
-        return -1;
-    if (r->pid == 0) {
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    for (i = 0; i < 1000; i++) { /* up to 10 s */
-        FILE *f = fopen(port_file, "r");
-        int status;
-        if (f) {
-            int ok = fscanf(f, "%d", &r->port) == 1;
-            fclose(f);
-            if (ok && r->port > 0)
-                return 0;
-        }
-        if (waitpid(r->pid, &status, WNOHANG) == r->pid) {
-            fprintf(stderr, "receiver.py exited early (status %d)\n", status);
-            r->pid = 0;
-            return -1;
-        }
-        usleep(10000);
-    }
-    return -1;
+    r->pid = child_server_start(argv, port_file, &r->port);
+    return r->pid > 0 ? 0 : -1;
 }
 
 static void receiver_stop(receiver *r)
 {
-    if (r->pid > 0) {
-        kill(r->pid, SIGTERM);
-        waitpid(r->pid, NULL, 0);
-        r->pid = 0;
-    }
+    child_server_stop(r->pid);
+    r->pid = 0;
 }
 
 /* ---- a raw-socket server for canned responses ----------------------------- */
