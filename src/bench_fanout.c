@@ -87,6 +87,26 @@ static const char *bench_insert_sql(const char *table)
     return sql;
 }
 
+/* One notification row of the bench: ids and both key forms, computed the way
+ * the engine computes them. */
+typedef struct {
+    char entity[64], recipient[64], key[256], uuid[CRIER_KEY_UUID_LEN + 1];
+    size_t key_len;
+} bench_row;
+
+/* Fills row for recipient r of event e. */
+static void bench_row_make(int e, int r, bench_row *row)
+{
+    uint8_t h[CRIER_KEY_HASH_LEN];
+
+    snprintf(row->entity, sizeof row->entity, "inv_%d", e);
+    snprintf(row->recipient, sizeof row->recipient, "user_%d", r);
+    crier_key_parts kp = {BENCH_TENANT, BENCH_TYPE, row->entity, row->recipient, NULL};
+    crier_key_hash(&kp, h);
+    crier_key_hash_uuid(h, row->uuid);
+    row->key_len = crier_key_readable(&kp, row->key, sizeof row->key);
+}
+
 /* One pass of the crier path over all rows; returns rows/s or -1. *inserted
  * receives how many rows came back as new. */
 static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *table, long long first_event,
@@ -94,7 +114,7 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
 {
     crier_pg_array cols[8] = {0};
     const char *params[9];
-    char entity[64], recipient[64], key[256], uuid[CRIER_KEY_UUID_LEN + 1];
+    bench_row row;
     const char *sql = bench_insert_sql(table);
     double t0 = bench_now();
     long rows = 0;
@@ -104,21 +124,15 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
         for (int c = 0; c < 8; c++)
             crier_pg_array_begin(&cols[c]);
         for (int e = b; e < b + o->batch && e < o->events; e++) {
-            snprintf(entity, sizeof entity, "inv_%d", e);
             for (int r = 0; r < o->recipients; r++) {
-                uint8_t h[CRIER_KEY_HASH_LEN];
-                snprintf(recipient, sizeof recipient, "user_%d", r);
-                crier_key_parts kp = {BENCH_TENANT, BENCH_TYPE, entity, recipient, NULL};
-                crier_key_hash(&kp, h);
-                crier_key_hash_uuid(h, uuid);
-                size_t klen = crier_key_readable(&kp, key, sizeof key);
-                crier_pg_array_add_str(&cols[0], uuid);
-                crier_pg_array_add_text(&cols[1], key, klen);
+                bench_row_make(e, r, &row);
+                crier_pg_array_add_str(&cols[0], row.uuid);
+                crier_pg_array_add_text(&cols[1], row.key, row.key_len);
                 crier_pg_array_add_int64(&cols[2], first_event + e);
                 crier_pg_array_add_str(&cols[3], BENCH_TENANT);
                 crier_pg_array_add_str(&cols[4], BENCH_TYPE);
-                crier_pg_array_add_str(&cols[5], entity);
-                crier_pg_array_add_str(&cols[6], recipient);
+                crier_pg_array_add_str(&cols[5], row.entity);
+                crier_pg_array_add_str(&cols[6], row.recipient);
                 crier_pg_array_add_null(&cols[7]);
                 rows++;
             }
@@ -148,21 +162,15 @@ static char *bench_copy_text(const bench_opts *o, long long first_event, size_t 
 {
     size_t cap = (size_t)o->events * (size_t)o->recipients * 200 + 1, n = 0;
     char *buf = malloc(cap);
-    char entity[64], recipient[64], key[256], uuid[CRIER_KEY_UUID_LEN + 1];
+    bench_row row;
     if (!buf)
         abort();
     for (int e = 0; e < o->events; e++) {
-        snprintf(entity, sizeof entity, "inv_%d", e);
         for (int r = 0; r < o->recipients; r++) {
-            uint8_t h[CRIER_KEY_HASH_LEN];
-            snprintf(recipient, sizeof recipient, "user_%d", r);
-            crier_key_parts kp = {BENCH_TENANT, BENCH_TYPE, entity, recipient, NULL};
-            crier_key_hash(&kp, h);
-            crier_key_hash_uuid(h, uuid);
-            crier_key_readable(&kp, key, sizeof key);
+            bench_row_make(e, r, &row);
             /* Keys of this bench hold no tab, newline or backslash: no COPY escaping needed. */
-            n += (size_t)snprintf(buf + n, cap - n, "%s\t%s\t%lld\t%s\t%s\t%s\t%s\t\\N\tbench\n", uuid, key,
-                                  first_event + e, BENCH_TENANT, BENCH_TYPE, entity, recipient);
+            n += (size_t)snprintf(buf + n, cap - n, "%s\t%s\t%lld\t%s\t%s\t%s\t%s\t\\N\tbench\n", row.uuid,
+                                  row.key, first_event + e, BENCH_TENANT, BENCH_TYPE, row.entity, row.recipient);
         }
     }
     *len = n;

@@ -70,7 +70,9 @@ void crier_cli_init(crier_cli *cli)
     }
 }
 
-int crier_cli_option(crier_cli *cli, int opt, const char *arg)
+/* Handles a common option. Returns 1 if opt was one, 0 if not, -1 on a bad
+ * value (message printed to stderr). */
+static int cli_option(crier_cli *cli, int opt, const char *arg)
 {
     switch (opt) {
     case CLI_OPT_DATABASE:
@@ -119,7 +121,7 @@ int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, con
 
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = crier_cli_option(cli, opt, optarg);
+        int r = cli_option(cli, opt, optarg);
         if (r == 0 && on_opt && opt != '?' && opt != ':')
             r = on_opt(ud, opt, optarg) == 0 ? 1 : -1;
         if (r <= 0) {

@@ -54,10 +54,6 @@ typedef struct {
  * CRIER_SET_*). Call before parsing flags. */
 void crier_cli_init(crier_cli *cli);
 
-/* Handles a common option. Returns 1 if opt was one, 0 if not, -1 on a bad
- * value (message printed to stderr). */
-int crier_cli_option(crier_cli *cli, int opt, const char *arg);
-
 /* Adds or replaces a setting "NAME=VALUE". Returns 0 or -1 (message printed). */
 int crier_cli_set(crier_cli *cli, const char *name_value);
 

@@ -40,6 +40,14 @@ typedef struct {
     bool locked;
 } fanout_event;
 
+/* Open-addressing set of 128-bit key hashes seen in one batch, so that a
+ * batch never carries the same notification twice. */
+typedef struct {
+    uint8_t (*slots)[CRIER_KEY_HASH_LEN];
+    bool *used;
+    size_t cap;
+} key_set;
+
 struct crier_fanout {
     struct ev_loop *loop;
     crier_pg *pg;
@@ -60,6 +68,7 @@ struct crier_fanout {
     size_t n_events, cap_events;
     crier_strbuf strings;
     crier_plan plan;
+    key_set seen; /* reused from batch to batch */
     uint64_t batch_deliveries;
 
     /* Parameter arrays of the statements in flight (kept until the callback). */
@@ -231,13 +240,24 @@ static fanout_event *fanout_find(crier_fanout *f, int64_t id)
     return NULL;
 }
 
-/* Open-addressing set of 128-bit key hashes seen in this batch, so that one
- * batch never carries the same notification twice. */
-typedef struct {
-    uint8_t (*slots)[CRIER_KEY_HASH_LEN];
-    bool *used;
-    size_t cap;
-} key_set;
+/* Empties s and makes room for n keys at a load factor of at most 1/2,
+ * keeping the memory of earlier batches. */
+static void key_set_reset(key_set *s, size_t n)
+{
+    size_t cap = s->cap ? s->cap : 16;
+    while (cap < 2 * n + 2)
+        cap *= 2;
+    if (cap != s->cap) {
+        free(s->slots);
+        free(s->used);
+        s->slots = malloc(cap * sizeof *s->slots);
+        s->used = malloc(cap * sizeof *s->used);
+        if (!s->slots || !s->used)
+            abort();
+        s->cap = cap;
+    }
+    memset(s->used, 0, s->cap * sizeof *s->used);
+}
 
 static bool key_set_insert(key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
 {
@@ -258,7 +278,6 @@ static void fanout_plan_and_write(crier_fanout *f)
 {
     char err[4096];
     crier_pg_array *c = f->cols;
-    key_set seen = {0};
     char key[2048], uuid[CRIER_KEY_UUID_LEN + 1];
 
     crier_plan_reset(&f->plan);
@@ -288,13 +307,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         crier_pg_array_add_str(&c[17], st == CRIER_PLAN_RULE_ERROR ? "false" : "true");
     }
 
-    seen.cap = 16;
-    while (seen.cap < 2 * f->plan.n_recipients + 2)
-        seen.cap *= 2;
-    seen.slots = calloc(seen.cap, sizeof *seen.slots);
-    seen.used = calloc(seen.cap, sizeof *seen.used);
-    if (!seen.slots || !seen.used)
-        abort();
+    key_set_reset(&f->seen, f->plan.n_recipients);
 
     for (size_t r = 0; r < f->plan.n_recipients; r++) {
         const crier_plan_recipient *pr = &f->plan.recipients[r];
@@ -308,7 +321,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         };
         uint8_t h[CRIER_KEY_HASH_LEN];
         crier_key_hash(&kp, h);
-        if (!key_set_insert(&seen, h))
+        if (!key_set_insert(&f->seen, h))
             continue; /* the same notification twice in one batch: keep the first */
         crier_key_hash_uuid(h, uuid);
         size_t klen = crier_key_readable(&kp, key, sizeof key);
@@ -329,8 +342,6 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_array_add_str(&c[13], pd->secret);
         }
     }
-    free(seen.slots);
-    free(seen.used);
 
     for (int i = 0; i < 19; i++)
         f->params[i] = crier_pg_array_end(&c[i]);
@@ -514,6 +525,8 @@ void crier_fanout_free(crier_fanout *f)
         crier_pg_array_free(&f->cols[i]);
     crier_strbuf_free(&f->strings);
     crier_plan_free(&f->plan);
+    free(f->seen.slots);
+    free(f->seen.used);
     free(f->events);
     free(f);
 }

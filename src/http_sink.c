@@ -97,15 +97,6 @@ unsigned crier_http_sink_port(const crier_http_sink *s)
     return s->port;
 }
 
-size_t crier_http_sink_count(crier_http_sink *s)
-{
-    size_t n;
-    pthread_mutex_lock(&s->lock);
-    n = s->n_ids;
-    pthread_mutex_unlock(&s->lock);
-    return n;
-}
-
 char **crier_http_sink_ids(crier_http_sink *s, size_t *n)
 {
     char **out;

@@ -14,9 +14,6 @@ crier_http_sink *crier_http_sink_start(char *err, size_t err_len);
 /* The port it listens on. */
 unsigned crier_http_sink_port(const crier_http_sink *s);
 
-/* Number of requests received so far. */
-size_t crier_http_sink_count(crier_http_sink *s);
-
 /* Copies the webhook-ids received so far (in arrival order) into a new array
  * of strdup'd strings; *n receives the count. The caller frees each string and
  * the array. */

@@ -190,11 +190,6 @@ int crier_pg_query(crier_pg *pg, const char *sql, int n_params, const char *cons
     return 0;
 }
 
-bool crier_pg_busy(const crier_pg *pg)
-{
-    return pg->busy;
-}
-
 bool crier_pg_ok(const crier_pg *pg)
 {
     return !pg->broken && pg->conn && PQstatus(pg->conn) == CONNECTION_OK;

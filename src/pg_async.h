@@ -30,9 +30,6 @@ crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const cha
 int crier_pg_query(crier_pg *pg, const char *sql, int n_params, const char *const *params,
                    crier_pg_result_fn cb, void *ud);
 
-/* True while a query is in flight. */
-bool crier_pg_busy(const crier_pg *pg);
-
 /* True when the connection is usable. */
 bool crier_pg_ok(const crier_pg *pg);
 
