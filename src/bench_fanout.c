@@ -92,18 +92,17 @@ static const char *bench_insert_sql(const char *table)
 typedef struct {
     char entity[64], recipient[64], key[256], uuid[CRIER_KEY_UUID_LEN + 1];
     size_t key_len;
+    uint8_t hash[CRIER_KEY_HASH_LEN];
 } bench_row;
 
 /* Fills row for recipient r of event e. */
 static void bench_row_make(int e, int r, bench_row *row)
 {
-    uint8_t h[CRIER_KEY_HASH_LEN];
-
     snprintf(row->entity, sizeof row->entity, "inv_%d", e);
     snprintf(row->recipient, sizeof row->recipient, "user_%d", r);
     crier_key_parts kp = {BENCH_TENANT, BENCH_TYPE, row->entity, row->recipient, NULL};
-    crier_key_hash(&kp, h);
-    crier_key_hash_uuid(h, row->uuid);
+    crier_key_hash(&kp, row->hash);
+    crier_key_hash_uuid(row->hash, row->uuid);
     row->key_len = crier_key_readable(&kp, row->key, sizeof row->key);
 }
 
@@ -112,8 +111,10 @@ static void bench_row_make(int e, int r, bench_row *row)
 static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *table, long long first_event,
                                long *inserted)
 {
+    static const uint32_t types[8] = {CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT,
+                                      CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT};
     crier_pg_array cols[8] = {0};
-    const char *params[9];
+    crier_pg_params params;
     bench_row row;
     const char *sql = bench_insert_sql(table);
     double t0 = bench_now();
@@ -122,11 +123,11 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
     *inserted = 0;
     for (int b = 0; b < o->events; b += o->batch) {
         for (int c = 0; c < 8; c++)
-            crier_pg_array_begin(&cols[c]);
+            crier_pg_array_begin(&cols[c], types[c]);
         for (int e = b; e < b + o->batch && e < o->events; e++) {
             for (int r = 0; r < o->recipients; r++) {
                 bench_row_make(e, r, &row);
-                crier_pg_array_add_str(&cols[0], row.uuid);
+                crier_pg_array_add_uuid(&cols[0], row.hash);
                 crier_pg_array_add_text(&cols[1], row.key, row.key_len);
                 crier_pg_array_add_int64(&cols[2], first_event + e);
                 crier_pg_array_add_str(&cols[3], BENCH_TENANT);
@@ -137,10 +138,11 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
                 rows++;
             }
         }
+        crier_pg_params_reset(&params);
         for (int c = 0; c < 8; c++)
-            params[c] = crier_pg_array_end(&cols[c]);
-        params[8] = "bench";
-        PGresult *res = PQexecParams(conn, sql, 9, NULL, params, NULL, NULL, 0);
+            crier_pg_params_array(&params, &cols[c]);
+        crier_pg_params_text(&params, "bench");
+        PGresult *res = PQexecParams(conn, sql, params.n, NULL, params.values, params.lengths, params.formats, 0);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             crier_cli_error("bench", "insert failed: %s", PQresultErrorMessage(res));
             PQclear(res);

@@ -53,7 +53,7 @@ struct crier_delivery {
     size_t writing; /* results in the statement in flight */
 
     crier_pg_array cols[6];
-    const char *params[6];
+    crier_pg_params params;
     char limit_text[24], lease_text[24];
     crier_delivery_stats stats;
 };
@@ -264,26 +264,29 @@ static void delivery_result_cb(void *ud, PGresult *res, const char *err)
 
 static void delivery_write_results(crier_delivery *d)
 {
+    static const uint32_t types[6] = {CRIER_PG_INT8, CRIER_PG_INT4, CRIER_PG_TEXT,
+                                      CRIER_PG_INT4, CRIER_PG_TEXT, CRIER_PG_FLOAT8};
     crier_pg_array *c = d->cols;
     for (int i = 0; i < 6; i++)
-        crier_pg_array_begin(&c[i]);
+        crier_pg_array_begin(&c[i], types[i]);
     for (size_t i = 0; i < d->n_results; i++) {
         const delivery_result *r = &d->results[i];
         crier_pg_array_add_int64(&c[0], r->id);
-        crier_pg_array_add_int64(&c[1], r->attempt);
+        crier_pg_array_add_int32(&c[1], r->attempt);
         crier_pg_array_add_str(&c[2], r->state);
         if (r->status > 0)
-            crier_pg_array_add_int64(&c[3], r->status);
+            crier_pg_array_add_int32(&c[3], (int32_t)r->status);
         else
             crier_pg_array_add_null(&c[3]);
         crier_pg_array_add_str(&c[4], r->error == SIZE_MAX ? NULL : crier_strbuf_at(&d->errors, r->error));
         crier_pg_array_add_double(&c[5], r->delay_s);
     }
+    crier_pg_params_reset(&d->params);
     for (int i = 0; i < 6; i++)
-        d->params[i] = crier_pg_array_end(&c[i]);
+        crier_pg_params_array(&d->params, &c[i]);
     d->writing = d->n_results;
     d->state = DELIVERY_WRITING;
-    if (crier_pg_query(d->pg, SQL_RESULTS, 6, d->params, delivery_result_cb, d) < 0) {
+    if (crier_pg_query(d->pg, SQL_RESULTS, &d->params, delivery_result_cb, d) < 0) {
         d->writing = 0;
         delivery_pause(d);
     }
@@ -308,10 +311,11 @@ static void delivery_pump(crier_delivery *d)
     d->want_claim = false;
     snprintf(d->limit_text, sizeof d->limit_text, "%d", limit);
     snprintf(d->lease_text, sizeof d->lease_text, "%d", d->opts.lease_seconds);
-    d->params[0] = d->limit_text;
-    d->params[1] = d->lease_text;
+    crier_pg_params_reset(&d->params);
+    crier_pg_params_text(&d->params, d->limit_text);
+    crier_pg_params_text(&d->params, d->lease_text);
     d->state = DELIVERY_CLAIMING;
-    if (crier_pg_query(d->pg, SQL_CLAIM, 2, d->params, delivery_result_cb, d) < 0)
+    if (crier_pg_query(d->pg, SQL_CLAIM, &d->params, delivery_result_cb, d) < 0)
         delivery_pause(d);
 }
 

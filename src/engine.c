@@ -48,7 +48,7 @@ static void engine_on_listen(void *ud, PGresult *res, const char *err)
     }
     if (!e->listening) {
         e->listening = true;
-        crier_pg_query(e->pg_listen, "LISTEN crier_deliveries", 0, NULL, engine_on_listen, e);
+        crier_pg_query(e->pg_listen, "LISTEN crier_deliveries", NULL, engine_on_listen, e);
     }
 }
 
@@ -56,7 +56,7 @@ static void engine_on_listen(void *ud, PGresult *res, const char *err)
 static void engine_listen(engine *e)
 {
     e->listening = false;
-    crier_pg_query(e->pg_listen, "LISTEN crier_events", 0, NULL, engine_on_listen, e);
+    crier_pg_query(e->pg_listen, "LISTEN crier_events", NULL, engine_on_listen, e);
 }
 
 static void engine_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)

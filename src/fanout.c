@@ -72,8 +72,8 @@ struct crier_fanout {
     uint64_t batch_deliveries;
 
     /* Parameter arrays of the statements in flight (kept until the callback). */
-    crier_pg_array cols[20];
-    const char *params[20];
+    crier_pg_array cols[18];
+    crier_pg_params params;
     char limit_text[24];
     char max_attempts_text[24];
 
@@ -135,7 +135,7 @@ static const char SQL_WRITE[] =
 
 static void fanout_step(crier_fanout *f);
 
-static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, int n_params);
+static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_params *params);
 
 static void fanout_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -158,7 +158,7 @@ static void fanout_abort(crier_fanout *f, const char *why)
     f->n_events = 0;
     if (crier_pg_ok(f->pg) && f->state != FANOUT_ROLLBACK && f->state != FANOUT_IDLE &&
         f->state != FANOUT_BEGIN) {
-        fanout_send(f, FANOUT_ROLLBACK, "ROLLBACK", 0);
+        fanout_send(f, FANOUT_ROLLBACK, "ROLLBACK", NULL);
         return;
     }
     f->state = FANOUT_IDLE;
@@ -170,10 +170,10 @@ static void fanout_abort(crier_fanout *f, const char *why)
 
 static void fanout_result(void *ud, PGresult *res, const char *err);
 
-static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, int n_params)
+static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_params *params)
 {
     f->state = next;
-    if (crier_pg_query(f->pg, sql, n_params, n_params ? f->params : NULL, fanout_result, f) < 0) {
+    if (crier_pg_query(f->pg, sql, params, fanout_result, f) < 0) {
         f->state = FANOUT_IDLE;
         fanout_abort(f, "cannot send a query");
     }
@@ -201,11 +201,11 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
     f->last_empty = n == 0;
     f->batch_full = n >= f->opts.batch_size;
     if (n == 0) {
-        fanout_send(f, FANOUT_COMMIT, "COMMIT", 0);
+        fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
         return;
     }
-    crier_pg_array_begin(&f->cols[0]);
-    crier_pg_array_begin(&f->cols[1]);
+    crier_pg_array_begin(&f->cols[0], CRIER_PG_INT8);
+    crier_pg_array_begin(&f->cols[1], CRIER_PG_INT8);
     for (int i = 0; i < n; i++) {
         fanout_event *e = fanout_event_add(f);
         e->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
@@ -219,9 +219,10 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
         crier_pg_array_add_int64(&f->cols[0], e->id);
         crier_pg_array_add_int64(&f->cols[1], e->lock_key);
     }
-    f->params[0] = crier_pg_array_end(&f->cols[0]);
-    f->params[1] = crier_pg_array_end(&f->cols[1]);
-    fanout_send(f, FANOUT_LOCK, SQL_LOCK, 2);
+    crier_pg_params_reset(&f->params);
+    crier_pg_params_array(&f->params, &f->cols[0]);
+    crier_pg_params_array(&f->params, &f->cols[1]);
+    fanout_send(f, FANOUT_LOCK, SQL_LOCK, &f->params);
 }
 
 static fanout_event *fanout_find(crier_fanout *f, int64_t id)
@@ -278,11 +279,19 @@ static void fanout_plan_and_write(crier_fanout *f)
 {
     char err[4096];
     crier_pg_array *c = f->cols;
-    char key[2048], uuid[CRIER_KEY_UUID_LEN + 1];
+    char key[2048];
+
+    /* Column i is parameter $(i+1); $9 (rules version) and $19 (max attempts)
+     * are text parameters, so cols[8] is unused. */
+    static const uint32_t types[18] = {
+        CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT,
+        CRIER_PG_TEXT, CRIER_PG_TEXT, 0,             CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_TEXT,
+        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL};
 
     crier_plan_reset(&f->plan);
-    for (int i = 0; i < 19; i++)
-        crier_pg_array_begin(&c[i]);
+    for (int i = 0; i < 18; i++)
+        if (types[i])
+            crier_pg_array_begin(&c[i], types[i]);
 
     for (size_t i = 0; i < f->n_events; i++) {
         fanout_event *e = &f->events[i];
@@ -304,7 +313,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         crier_warn("fanout", "event %lld (%s %s): %s", (long long)e->id, ev.event_type, ev.entity_id, err);
         crier_pg_array_add_int64(&c[15], e->id);
         crier_pg_array_add_str(&c[16], err);
-        crier_pg_array_add_str(&c[17], st == CRIER_PLAN_RULE_ERROR ? "false" : "true");
+        crier_pg_array_add_bool(&c[17], st != CRIER_PLAN_RULE_ERROR); /* permanent? */
     }
 
     key_set_reset(&f->seen, f->plan.n_recipients);
@@ -323,9 +332,8 @@ static void fanout_plan_and_write(crier_fanout *f)
         crier_key_hash(&kp, h);
         if (!key_set_insert(&f->seen, h))
             continue; /* the same notification twice in one batch: keep the first */
-        crier_key_hash_uuid(h, uuid);
         size_t klen = crier_key_readable(&kp, key, sizeof key);
-        crier_pg_array_add_str(&c[0], uuid);
+        crier_pg_array_add_uuid(&c[0], h);
         crier_pg_array_add_text(&c[1], key, klen < sizeof key ? klen : sizeof key - 1);
         crier_pg_array_add_int64(&c[2], e->id);
         crier_pg_array_add_str(&c[3], kp.tenant);
@@ -335,7 +343,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         crier_pg_array_add_str(&c[7], kp.discriminator);
         for (size_t d = pr->first_delivery; d < pr->first_delivery + pr->n_deliveries; d++) {
             const crier_plan_delivery *pd = &f->plan.deliveries[d];
-            crier_pg_array_add_str(&c[9], uuid);
+            crier_pg_array_add_uuid(&c[9], h);
             crier_pg_array_add_str(&c[10], pd->channel);
             crier_pg_array_add_str(&c[11], pd->url);
             crier_pg_array_add_text(&c[12], pd->body, pd->body_len);
@@ -343,12 +351,16 @@ static void fanout_plan_and_write(crier_fanout *f)
         }
     }
 
-    for (int i = 0; i < 19; i++)
-        f->params[i] = crier_pg_array_end(&c[i]);
-    f->params[8] = crier_rules_version(f->rules);
     snprintf(f->max_attempts_text, sizeof f->max_attempts_text, "%d", f->opts.max_attempts);
-    f->params[18] = f->max_attempts_text;
-    fanout_send(f, FANOUT_WRITE, SQL_WRITE, 19);
+    crier_pg_params_reset(&f->params);
+    for (int i = 0; i < 18; i++) {
+        if (types[i])
+            crier_pg_params_array(&f->params, &c[i]);
+        else
+            crier_pg_params_text(&f->params, crier_rules_version(f->rules));
+    }
+    crier_pg_params_text(&f->params, f->max_attempts_text);
+    fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }
 
 static void fanout_on_lock(crier_fanout *f, PGresult *res)
@@ -382,7 +394,7 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
     crier_debug("fanout", "batch: %zu events, %llu done, %llu notifications new, %llu duplicate, %llu deliveries",
                 f->n_events, (unsigned long long)done, (unsigned long long)created,
                 (unsigned long long)(f->cols[0].count - created), (unsigned long long)deliveries);
-    fanout_send(f, FANOUT_COMMIT, "COMMIT", 0);
+    fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
 }
 
 static void fanout_result(void *ud, PGresult *res, const char *err)
@@ -410,8 +422,9 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
     switch (was) {
     case FANOUT_BEGIN:
         snprintf(f->limit_text, sizeof f->limit_text, "%d", f->opts.batch_size);
-        f->params[0] = f->limit_text;
-        fanout_send(f, FANOUT_CLAIM, SQL_CLAIM, 1);
+        crier_pg_params_reset(&f->params);
+        crier_pg_params_text(&f->params, f->limit_text);
+        fanout_send(f, FANOUT_CLAIM, SQL_CLAIM, &f->params);
         break;
     case FANOUT_CLAIM:
         fanout_on_claim(f, res);
@@ -456,7 +469,7 @@ static void fanout_step(crier_fanout *f)
         crier_info("fanout", "now using rules version %.12s", crier_rules_version(f->rules));
     }
     f->kicked = false;
-    fanout_send(f, FANOUT_BEGIN, "BEGIN", 0);
+    fanout_send(f, FANOUT_BEGIN, "BEGIN", NULL);
 }
 
 crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules,

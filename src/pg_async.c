@@ -163,14 +163,15 @@ crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const cha
     return pg;
 }
 
-int crier_pg_query(crier_pg *pg, const char *sql, int n_params, const char *const *params,
-                   crier_pg_result_fn cb, void *ud)
+int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
+                   void *ud)
 {
     if (pg->busy || pg->broken) {
         crier_error("pg", "%s connection: query refused (%s)", pg->name, pg->busy ? "busy" : "broken");
         return -1;
     }
-    if (!PQsendQueryParams(pg->conn, sql, n_params, NULL, params, NULL, NULL, 0)) {
+    if (!PQsendQueryParams(pg->conn, sql, params ? params->n : 0, NULL, params ? params->values : NULL,
+                           params ? params->lengths : NULL, params ? params->formats : NULL, 0)) {
         crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
         pg->broken = PQstatus(pg->conn) == CONNECTION_BAD;
         return -1;

@@ -4,6 +4,8 @@
 #ifndef CRIER_PG_ASYNC_H
 #define CRIER_PG_ASYNC_H
 
+#include "pg_array.h"
+
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,11 +26,12 @@ typedef void (*crier_pg_notify_fn)(void *ud, const char *channel, const char *pa
 crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const char *name,
                            char *err, size_t err_len);
 
-/* Sends a parameterised query (text parameters, text results). The parameter
- * strings must stay valid until the callback runs. Returns 0 if sent, -1 if a
- * query is already in flight or the connection is broken (err logged). */
-int crier_pg_query(crier_pg *pg, const char *sql, int n_params, const char *const *params,
-                   crier_pg_result_fn cb, void *ud);
+/* Sends a query with params (NULL: none; text or binary parameters, text
+ * results). The parameter values must stay valid until the callback runs.
+ * Returns 0 if sent, -1 if a query is already in flight or the connection is
+ * broken (err logged). */
+int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
+                   void *ud);
 
 /* True when the connection is usable. */
 bool crier_pg_ok(const crier_pg *pg);
