@@ -151,6 +151,28 @@ int crier_cli_positive_int(const char *cmd, const char *name, const char *arg, l
     return 0;
 }
 
+int crier_cli_duration(const char *cmd, const char *name, const char *arg, double *seconds)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    double unit = 1;
+    if (end != arg && end[0] && !end[1]) {
+        switch (*end) {
+        case 's': unit = 1; end++; break;
+        case 'm': unit = 60; end++; break;
+        case 'h': unit = 3600; end++; break;
+        case 'd': unit = 86400; end++; break;
+        }
+    }
+    if (end == arg || *end != '\0' || !(v > 0) || v * unit > 3.2e8) {
+        crier_cli_error(cmd, "--%s expects a positive duration such as 30, 1.5s, 10m, 2h or 5d, got '%s'", name,
+                        arg);
+        return -1;
+    }
+    *seconds = v * unit;
+    return 0;
+}
+
 char *crier_cli_read_file(const char *path)
 {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;

@@ -73,6 +73,11 @@ int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, con
  * "crier CMD: --NAME expects …" and returns -1. */
 int crier_cli_positive_int(const char *cmd, const char *name, const char *arg, long max, int *out);
 
+/* Parses a positive duration: a number with an optional unit s, m, h or d
+ * ("90", "1.5s", "30m", "5d") into seconds, or prints "crier CMD: --NAME
+ * expects …" and returns -1. */
+int crier_cli_duration(const char *cmd, const char *name, const char *arg, double *seconds);
+
 /* Reads a whole file ("-": standard input) into a NUL-terminated buffer the
  * caller frees. NULL with errno set on failure. */
 char *crier_cli_read_file(const char *path);
@@ -95,5 +100,6 @@ int crier_cmd_try(int argc, char **argv);
 int crier_cmd_cluster(int argc, char **argv);
 int crier_cmd_demo(int argc, char **argv);
 int crier_cmd_bench(int argc, char **argv);
+int crier_cmd_dead(int argc, char **argv);
 
 #endif

@@ -169,7 +169,8 @@ static const char status_help[] =
     "usage: crier status [options]\n"
     "\n"
     "Prints the state of the outbox: events, notifications and deliveries by state,\n"
-    "the oldest pending event's age, and the latest errors.\n"
+    "paused and disabled endpoints, the oldest pending event's age, and the latest\n"
+    "dead letters (crier dead list shows them all).\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
 int crier_cmd_status(int argc, char **argv)
@@ -197,6 +198,8 @@ int crier_cmd_status(int argc, char **argv)
                      "SELECT 'events', state, count(*) FROM crier.events GROUP BY state"
                      " UNION ALL SELECT 'notifications', 'total', count(*) FROM crier.notifications"
                      " UNION ALL SELECT 'deliveries', state, count(*) FROM crier.deliveries GROUP BY state"
+                     " UNION ALL SELECT 'endpoints', state, count(*) FROM crier.endpoints"
+                     "     WHERE state <> 'active' GROUP BY state"
                      " ORDER BY 1, 2");
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             crier_cli_error("status", "%s(run crier migrate first?)", PQresultErrorMessage(res));
@@ -210,11 +213,20 @@ int crier_cmd_status(int argc, char **argv)
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
         PQclear(res);
-        res = PQexec(conn, "SELECT 'event ' || id || ': ' || left(last_error, 200) FROM crier.events"
-                           " WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5");
+        res = PQexec(conn, "SELECT * FROM (SELECT 'event ' || id || ': ' || left(last_error, 200), processed_at"
+                           "  FROM crier.events WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5) e"
+                           " UNION ALL SELECT * FROM (SELECT 'delivery ' || id || ' (' || channel || '): '"
+                           "  || left(last_error, 200), dead_at FROM crier.deliveries WHERE state = 'dead'"
+                           "  ORDER BY dead_at DESC LIMIT 5) d ORDER BY 2 DESC NULLS LAST LIMIT 5");
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             for (int i = 0; i < PQntuples(res); i++)
                 printf("dead: %s\n", PQgetvalue(res, i, 0));
+        PQclear(res);
+        res = PQexec(conn, "SELECT state || ': ' || tenant || ' ' || target || ' since ' || failing_since"
+                           " FROM crier.endpoints WHERE state <> 'active' ORDER BY updated_at DESC LIMIT 5");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            for (int i = 0; i < PQntuples(res); i++)
+                printf("endpoint %s\n", PQgetvalue(res, i, 0));
         rc = 0;
     done:
         PQclear(res);

@@ -7,6 +7,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <lualib.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,11 +154,20 @@ static void try_print_plan(const try_event *ev, const crier_plan *plan, const cr
         printf("  key: %s\n  key hash: %s\n  message id: %s\n", key, uuid, id);
         for (size_t d = r->first_delivery; d < r->first_delivery + r->n_deliveries; d++) {
             const crier_plan_delivery *pd = &plan->deliveries[d];
+            bool webhook = !strcmp(pd->channel, "webhook"), email = !strcmp(pd->channel, "email");
             printf("  channel: %s\n", pd->channel);
-            if (pd->url)
-                printf("    url: %s\n", pd->url);
-            printf("    signed: %s\n", pd->secret ? "yes" : "no");
-            printf("    body: %.*s\n", (int)pd->body_len, pd->body);
+            printf("    %s: %s\n", webhook ? "url" : email ? "to" : "topic", pd->target);
+            if (webhook)
+                printf("    signed: %s\n", pd->secret ? (strchr(pd->secret, ' ') ? "yes (several secrets)" : "yes")
+                                                   : "no");
+            if (email)
+                printf("    from: %s\n    subject: %s\n", pd->sender ? pd->sender : "(the configured --email-from)",
+                       pd->subject ? pd->subject : "");
+            printf("    %s: %.*s\n", email ? "text" : "body", (int)pd->body_len, pd->body);
+            if (pd->html)
+                printf("    html: %s\n", pd->html);
+            if (pd->retry)
+                printf("    retry schedule (s): %s\n", pd->retry);
         }
     }
 }

@@ -4,6 +4,7 @@
 #include "engine.h"
 #include "log.h"
 #include "migrate.h"
+#include "target_guard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,23 @@ static const char serve_help[] =
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
     "  --timeout-ms N         webhook total timeout (default 15000)\n"
+    "  --shutdown-deadline D  on SIGTERM, how long sends in flight may finish before\n"
+    "                         they are released to other workers (default 10s)\n"
+    "  --pause-after N        consecutive failures that pause a webhook endpoint (default 20)\n"
+    "  --probe-interval D     first probe of a paused endpoint, doubling up to 1h (default 30s)\n"
+    "  --disable-after D      disable an endpoint failing this long, emit\n"
+    "                         crier.endpoint.disabled (default 5d)\n"
+    "  --allow-targets LIST   webhook targets allowed besides public addresses: any of\n"
+    "                         loopback, private, link-local (comma-separated), or none\n"
+    "                         (default: $CRIER_ALLOW_TARGETS, else none: refused)\n"
+    "  --smtp-url URL         SMTP server for the email channel: smtp://host:port or\n"
+    "                         smtps://host:port (STARTTLS is used when offered)\n"
+    "  --smtp-user NAME       SMTP AUTH user; the password comes from CRIER_SMTP_PASSWORD\n"
+    "  --email-from ADDRESS   From address when a rule gives none\n"
+    "  --kafka-brokers LIST   bootstrap servers (host:port,...) for the kafka channel\n"
     "  --exit-when-idle       exit once no event or delivery is due\n"
-    "  --no-migrate           do not apply pending migrations at start\n";
+    "  --no-migrate           do not apply pending migrations at start\n"
+    "durations (D) take a unit: 90, 1.5s, 10m, 2h, 5d.\n";
 
 typedef struct {
     crier_engine_config cfg;
@@ -66,6 +82,48 @@ static int serve_option(void *ud, int opt, const char *arg)
     case 'n':
         a->migrate = false;
         return 0;
+    case 'D':
+        return crier_cli_duration("serve", "shutdown-deadline", arg, &a->cfg.shutdown_deadline);
+    case 'P':
+        return crier_cli_positive_int("serve", "pause-after", arg, 1000000, &a->cfg.delivery.pause_after);
+    case 'I':
+        return crier_cli_duration("serve", "probe-interval", arg, &a->cfg.delivery.probe_seconds);
+    case 'A':
+        return crier_cli_duration("serve", "disable-after", arg, &a->cfg.delivery.disable_after_s);
+    case 'S':
+        if (strncmp(arg, "smtp://", 7) && strncmp(arg, "smtps://", 8)) {
+            crier_cli_error("serve", "--smtp-url expects smtp://host:port or smtps://host:port, got '%s'", arg);
+            return -1;
+        }
+        a->cfg.delivery.email_url = arg;
+        return 0;
+    case 'U':
+        a->cfg.delivery.email_username = arg;
+        a->cfg.delivery.email_password = getenv("CRIER_SMTP_PASSWORD");
+        if (!a->cfg.delivery.email_password) {
+            crier_cli_error("serve", "--smtp-user needs the password in the environment variable "
+                                     "CRIER_SMTP_PASSWORD");
+            return -1;
+        }
+        return 0;
+    case 'F':
+        a->cfg.delivery.email_from = arg;
+        return 0;
+    case 'T': {
+        char why[256];
+        if (crier_target_parse_allow(arg, &a->cfg.webhook.allow_targets, why, sizeof why) < 0) {
+            crier_cli_error("serve", "--allow-targets: %s", why);
+            return -1;
+        }
+        return 0;
+    }
+    case 'K':
+        if (!*arg) {
+            crier_cli_error("serve", "--kafka-brokers expects host:port[,host:port...]");
+            return -1;
+        }
+        a->cfg.kafka.bootstrap_servers = arg;
+        return 0;
     }
     return -1;
 }
@@ -81,6 +139,15 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"timeout-ms", required_argument, NULL, 't'},
                                             {"exit-when-idle", no_argument, NULL, 'x'},
                                             {"no-migrate", no_argument, NULL, 'n'},
+                                            {"shutdown-deadline", required_argument, NULL, 'D'},
+                                            {"pause-after", required_argument, NULL, 'P'},
+                                            {"probe-interval", required_argument, NULL, 'I'},
+                                            {"disable-after", required_argument, NULL, 'A'},
+                                            {"smtp-url", required_argument, NULL, 'S'},
+                                            {"smtp-user", required_argument, NULL, 'U'},
+                                            {"email-from", required_argument, NULL, 'F'},
+                                            {"kafka-brokers", required_argument, NULL, 'K'},
+                                            {"allow-targets", required_argument, NULL, 'T'},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     serve_args a;
@@ -96,6 +163,15 @@ int crier_cmd_serve(int argc, char **argv)
     cfg->poll_interval = 1.0;
     cfg->shutdown_deadline = 10.0;
     cfg->handle_signals = true;
+    if (getenv("CRIER_ALLOW_TARGETS")) {
+        char why[256];
+        if (crier_target_parse_allow(getenv("CRIER_ALLOW_TARGETS"), &cfg->webhook.allow_targets, why,
+                                     sizeof why) < 0) {
+            crier_cli_error("serve", "CRIER_ALLOW_TARGETS: %s", why);
+            rc = 2;
+            goto out;
+        }
+    }
     if (crier_cli_parse(&cli, serve_help, argc, argv, options, serve_option, &a, &rc))
         goto out;
     rc = 2;

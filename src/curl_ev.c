@@ -198,6 +198,17 @@ static curl_socket_t curl_ev_open_socket_cb(void *clientp, curlsocktype purpose,
     return fd;
 }
 
+/* CURLOPT_OPENSOCKETFUNCTION of guarded transfers: asks the guard, then opens
+ * and records the socket as above. */
+static curl_socket_t curl_ev_open_guarded_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    crier_curl_ev_guard *g = clientp;
+
+    if (purpose != CURLSOCKTYPE_IPCXN || !g->check(g->ud, &addr->addr, (socklen_t)addr->addrlen))
+        return CURL_SOCKET_BAD;
+    return curl_ev_open_socket_cb(g->owner, purpose, addr);
+}
+
 /* CURLOPT_CLOSESOCKETFUNCTION: forgets and closes a socket opened above. */
 static int curl_ev_close_socket_cb(void *clientp, curl_socket_t fd)
 {
@@ -244,12 +255,13 @@ err:
     return NULL;
 }
 
-int crier_curl_ev_add(crier_curl_ev *c, CURL *easy)
+/* Sets easy's socket callbacks (open through open_cb with open_data) and adds it. */
+static int curl_ev_add_with(crier_curl_ev *c, CURL *easy, curl_opensocket_callback open_cb, void *open_data)
 {
     CURLMcode mc;
 
-    if (curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, curl_ev_open_socket_cb) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, c) != CURLE_OK ||
+    if (curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_cb) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, open_data) != CURLE_OK ||
         curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, curl_ev_close_socket_cb) != CURLE_OK ||
         curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, c) != CURLE_OK) {
         crier_warn(c->module, "cannot set the socket callbacks of a transfer");
@@ -261,6 +273,17 @@ int crier_curl_ev_add(crier_curl_ev *c, CURL *easy)
         return -1;
     }
     return 0;
+}
+
+int crier_curl_ev_add(crier_curl_ev *c, CURL *easy)
+{
+    return curl_ev_add_with(c, easy, curl_ev_open_socket_cb, c);
+}
+
+int crier_curl_ev_add_guarded(crier_curl_ev *c, CURL *easy, crier_curl_ev_guard *guard)
+{
+    guard->owner = c;
+    return curl_ev_add_with(c, easy, curl_ev_open_guarded_cb, guard);
 }
 
 void crier_curl_ev_remove(crier_curl_ev *c, CURL *easy)

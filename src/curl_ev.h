@@ -7,6 +7,7 @@
 
 #include <curl/curl.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 
 struct ev_loop;
 
@@ -32,6 +33,25 @@ crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const 
  * connection would otherwise make curl_multi_cleanup wait for a QUIT reply).
  * Returns 0, or -1 (logged) if curl refused the handle. */
 int crier_curl_ev_add(crier_curl_ev *c, CURL *easy);
+
+/* Decides whether a transfer may open a connection to addr (addr_len bytes,
+ * the address curl resolved and is about to connect to). Returns true to
+ * allow; false makes curl skip that address without opening a socket. */
+typedef bool (*crier_curl_ev_guard_fn)(void *ud, const struct sockaddr *addr, socklen_t addr_len);
+
+/* A per-transfer connection guard, owned by the caller and kept alive (at the
+ * same address) until the transfer completes or is removed. */
+typedef struct {
+    crier_curl_ev_guard_fn check;
+    void *ud;             /* passed to check */
+    crier_curl_ev *owner; /* set by crier_curl_ev_add_guarded */
+} crier_curl_ev_guard;
+
+/* Like crier_curl_ev_add, but every socket the transfer would open is first
+ * put to guard->check (connection reuse opens none: a cached connection was
+ * checked when it was opened, so all transfers of one driver should share one
+ * policy). Returns 0, or -1 (logged). */
+int crier_curl_ev_add_guarded(crier_curl_ev *c, CURL *easy, crier_curl_ev_guard *guard);
 
 /* Removes a transfer that has not completed (the owner then owns easy). */
 void crier_curl_ev_remove(crier_curl_ev *c, CURL *easy);

@@ -1,10 +1,17 @@
-/* delivery.c — lease-based delivery claims and batched result writes (see delivery.h).
+/* delivery.c — lease-based delivery claims, channel dispatch, lease extension and
+ * batched result writes (see delivery.h).
  *
- * Claim (one autocommit statement): due rows (pending with due_at passed, or
- * sending with an expired lease) become 'sending' with due_at = now() + lease and
- * attempts + 1. The attempt number is the fencing token: a result is written only
- * if the row still carries the attempt this worker claimed, so a worker whose
- * lease expired and was reclaimed cannot overwrite the newer claim's outcome. */
+ * Claim: crier.claim_deliveries() turns due rows (pending with due_at passed, or
+ * sending with an expired lease) into 'sending' with due_at = now() + lease and
+ * attempts + 1, in one autocommit statement. The attempt number is the fencing
+ * token: a result (or a lease extension) applies only if the row still carries
+ * the attempt this worker claimed, so a worker whose lease expired and was
+ * reclaimed cannot overwrite the newer claim's outcome.
+ *
+ * Each send in flight has a slot; the token handed to the sender as its
+ * delivery id is the slot index plus a sequence number, so a completion that
+ * arrives after its slot was given up (released at shutdown) is recognised and
+ * ignored. */
 #include "delivery.h"
 
 #include "log.h"
@@ -12,68 +19,113 @@
 #include "strbuf.h"
 
 #include <ev.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { DELIVERY_IDLE = 0, DELIVERY_CLAIMING, DELIVERY_WRITING } delivery_state;
+const crier_retry_schedule crier_retry_default = {
+    .delays = {0, 5, 300, 1800, 7200, 18000, 36000, 36000},
+    .n_delays = 8,
+};
+
+typedef enum { DELIVERY_IDLE = 0, DELIVERY_CLAIMING, DELIVERY_WRITING, DELIVERY_EXTENDING } delivery_state;
+
+enum { COL_ID, COL_ATTEMPT, COL_OUTCOME, COL_HEALTH, COL_STATUS, COL_ERROR, COL_EXCERPT, COL_DELAY,
+       COL_STARTED, COL_DURATION, COL_PROBE, N_RESULT_COLS };
 
 typedef struct {
     int64_t id;
     int attempt;
-    const char *state; /* "delivered", "pending" (retry), "dead" */
+    const char *outcome; /* "delivered", "retry", "dead", "released" */
+    const char *health;  /* "ok", "fail", "gone", "none" */
     long status;
-    size_t error;      /* offset in errors, or SIZE_MAX */
+    size_t error, excerpt; /* offsets in text, or SIZE_MAX */
     double delay_s;
+    double started, duration_ms;
+    bool probe;
 } delivery_result;
+
+typedef struct {
+    bool used;
+    uint32_t seq;
+    int64_t id;
+    int attempt;
+    int budget_start;
+    bool probe;
+    double started; /* wall clock, unix seconds */
+    crier_retry_schedule schedule;
+} flight;
 
 struct crier_delivery {
     struct ev_loop *loop;
     crier_pg *pg;
-    crier_webhook_sender *sender;
+    crier_delivery_senders senders;
     crier_delivery_options opts;
     delivery_state state;
     bool want_claim;
+    bool want_extend;
     bool stopping;
     bool last_empty;
     int inflight;
     ev_timer retry;
+    ev_timer extend;
 
-    /* Attempt numbers of sends in flight, by delivery id (small linear map). */
-    struct {
-        int64_t id;
-        int attempt;
-    } *flying;
-    size_t n_flying, cap_flying;
+    flight *flights;
+    size_t n_flights, cap_flights;
+    size_t *free_slots;
+    size_t n_free;
+    uint32_t seq;
 
     delivery_result *results;
     size_t n_results, cap_results;
-    crier_strbuf errors;
+    crier_strbuf text;
     size_t writing; /* results in the statement in flight */
 
-    crier_pg_array cols[6];
+    crier_pg_array cols[N_RESULT_COLS];
     crier_pg_params params;
-    char limit_text[24], lease_text[24];
+    char num_text[6][32];
     crier_delivery_stats stats;
 };
 
 static const char SQL_CLAIM[] =
-    "UPDATE crier.deliveries AS d SET state = 'sending', attempts = d.attempts + 1,"
-    "    due_at = now() + make_interval(secs => $2::int)"
-    " FROM (SELECT id FROM crier.deliveries"
-    "       WHERE state IN ('pending', 'sending') AND due_at <= now()"
-    "       ORDER BY due_at LIMIT $1 FOR UPDATE SKIP LOCKED) AS c"
-    " WHERE d.id = c.id"
-    " RETURNING d.id, d.attempts, d.channel, d.message_id, d.target, d.body, d.secret";
+    "SELECT id, attempts, channel, message_id, target, body, secret, subject, html, sender,"
+    "       retry_schedule, budget_start, probe"
+    " FROM crier.claim_deliveries($1::int, $2::int, $3::float8)";
 
-static const char SQL_RESULTS[] =
-    "UPDATE crier.deliveries AS d SET state = r.state, last_status = r.status, last_error = r.error,"
-    "    due_at = now() + make_interval(secs => r.delay),"
-    "    delivered_at = CASE WHEN r.state = 'delivered' THEN now() END"
-    " FROM unnest($1::bigint[], $2::int[], $3::text[], $4::int[], $5::text[], $6::float8[])"
-    "     AS r(id, attempt, state, status, error, delay)"
-    " WHERE d.id = r.id AND d.attempts = r.attempt AND d.state = 'sending'";
+static const char SQL_COMPLETE[] =
+    "SELECT applied, delivered, retried, dead, array_to_string(paused, ', '),"
+    "       array_to_string(resumed, ', '), array_to_string(disabled, ', ')"
+    " FROM crier.complete_deliveries($1::bigint[], $2::int[], $3::text[], $4::text[], $5::int[],"
+    "     $6::text[], $7::text[], $8::float8[], $9::float8[], $10::float8[], $11::bool[],"
+    "     $12::int, $13::float8, $14::float8)";
+
+static const char SQL_EXTEND[] =
+    "UPDATE crier.deliveries AS d SET due_at = now() + make_interval(secs => $3::int)"
+    " FROM unnest($1::bigint[], $2::int[]) AS f(id, attempt)"
+    " WHERE d.id = f.id AND d.attempts = f.attempt AND d.state = 'sending'";
+
+int crier_retry_parse(const char *text, crier_retry_schedule *s)
+{
+    const char *p = text;
+    if (!p || *p++ != '{')
+        return -1;
+    s->n_delays = 0;
+    if (*p == '}')
+        return -1;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 100000000 || s->n_delays == CRIER_RETRY_MAX_STEPS)
+            return -1;
+        s->delays[s->n_delays++] = (int)v;
+        p = end;
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        return (*p == '}' && p[1] == '\0') ? 0 : -1;
+    }
+}
 
 static void delivery_pump(crier_delivery *d);
 
@@ -91,6 +143,17 @@ static void delivery_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
     delivery_pump(d);
 }
 
+static void delivery_extend_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    crier_delivery *d = w->data;
+    (void)loop;
+    (void)revents;
+    if (d->inflight > 0) {
+        d->want_extend = true;
+        delivery_pump(d);
+    }
+}
+
 static void delivery_pause(crier_delivery *d)
 {
     d->state = DELIVERY_IDLE;
@@ -100,47 +163,72 @@ static void delivery_pause(crier_delivery *d)
     }
 }
 
-/* Exponential backoff with full jitter: a uniform delay in [0, min(cap, base*2^n)]. */
-static double delivery_backoff(int attempt)
+/* Full jitter: a uniform delay in [0, ceiling]. */
+static double delivery_jitter(int ceiling)
 {
-    double ceiling = 5.0 * pow(2.0, attempt - 1);
-    if (ceiling > 3600.0)
-        ceiling = 3600.0;
-    return ceiling * ((double)random() / (double)RAND_MAX);
+    return (double)ceiling * ((double)random() / (double)RAND_MAX);
 }
 
-static void delivery_flying_add(crier_delivery *d, int64_t id, int attempt)
+/* ---- flights ---------------------------------------------------------------- */
+
+static int64_t flight_token(const crier_delivery *d, size_t slot)
 {
-    if (d->n_flying == d->cap_flying) {
-        size_t cap = d->cap_flying ? d->cap_flying * 2 : 64;
-        void *p = realloc(d->flying, cap * sizeof *d->flying);
-        if (!p)
-            abort();
-        d->flying = p;
-        d->cap_flying = cap;
-    }
-    d->flying[d->n_flying].id = id;
-    d->flying[d->n_flying].attempt = attempt;
-    d->n_flying++;
+    return ((int64_t)d->flights[slot].seq << 24) | (int64_t)slot;
 }
 
-static int delivery_flying_take(crier_delivery *d, int64_t id)
+static size_t flight_add(crier_delivery *d)
 {
-    for (size_t i = 0; i < d->n_flying; i++) {
-        if (d->flying[i].id == id) {
-            int attempt = d->flying[i].attempt;
-            d->flying[i] = d->flying[--d->n_flying];
-            return attempt;
+    size_t slot;
+    if (d->n_free > 0) {
+        slot = d->free_slots[--d->n_free];
+    } else {
+        if (d->n_flights == d->cap_flights) {
+            size_t cap = d->cap_flights ? d->cap_flights * 2 : 256;
+            flight *p = realloc(d->flights, cap * sizeof *p);
+            size_t *q = realloc(d->free_slots, cap * sizeof *q);
+            if (!p || !q)
+                abort();
+            d->flights = p;
+            d->free_slots = q;
+            d->cap_flights = cap;
         }
+        slot = d->n_flights++;
     }
-    return -1;
+    memset(&d->flights[slot], 0, sizeof d->flights[slot]);
+    d->flights[slot].used = true;
+    d->flights[slot].seq = ++d->seq & 0x7fffffff;
+    return slot;
 }
 
-static void delivery_add_result(crier_delivery *d, int64_t id, int attempt, const char *state, long status,
-                                const char *error, double delay_s)
+/* The flight a sender's token names, or NULL if it was given up. */
+static flight *flight_find(crier_delivery *d, int64_t token)
+{
+    size_t slot = (size_t)(token & 0xffffff);
+    uint32_t seq = (uint32_t)(token >> 24);
+    if (slot >= d->n_flights || !d->flights[slot].used || d->flights[slot].seq != seq)
+        return NULL;
+    return &d->flights[slot];
+}
+
+static void flight_free(crier_delivery *d, flight *f)
+{
+    f->used = false;
+    d->free_slots[d->n_free++] = (size_t)(f - d->flights);
+}
+
+/* ---- results ---------------------------------------------------------------- */
+
+static size_t delivery_keep_text(crier_delivery *d, const char *s)
+{
+    return s ? crier_strbuf_add(&d->text, s, strlen(s)) : SIZE_MAX;
+}
+
+static void delivery_add_result(crier_delivery *d, const flight *f, const char *outcome, const char *health,
+                                long status, const char *error, const char *excerpt, double delay_s,
+                                double duration_ms)
 {
     if (d->n_results == d->cap_results) {
-        size_t cap = d->cap_results ? d->cap_results * 2 : 64;
+        size_t cap = d->cap_results ? d->cap_results * 2 : 256;
         delivery_result *p = realloc(d->results, cap * sizeof *p);
         if (!p)
             abort();
@@ -148,52 +236,180 @@ static void delivery_add_result(crier_delivery *d, int64_t id, int attempt, cons
         d->cap_results = cap;
     }
     delivery_result *r = &d->results[d->n_results++];
-    r->id = id;
-    r->attempt = attempt;
-    r->state = state;
+    r->id = f->id;
+    r->attempt = f->attempt;
+    r->outcome = outcome;
+    r->health = health;
     r->status = status;
-    r->error = error ? crier_strbuf_add(&d->errors, error, strlen(error)) : SIZE_MAX;
+    r->error = delivery_keep_text(d, error);
+    r->excerpt = delivery_keep_text(d, excerpt);
     r->delay_s = delay_s;
+    r->started = f->started;
+    r->duration_ms = duration_ms;
+    r->probe = f->probe;
+}
+
+/* Records the outcome of a finished attempt: delivered, a permanent failure, or
+ * a retriable one (which dies once the schedule is spent — unless the attempt
+ * was a probe, whose failure spends nothing). retry_after_s < 0: none asked. */
+static void delivery_finish(crier_delivery *d, flight *f, bool ok, bool permanent, const char *health,
+                            long status, const char *error, const char *excerpt, long retry_after_s,
+                            double duration_ms)
+{
+    const char *outcome;
+    double delay = 0;
+    int used = f->attempt - f->budget_start; /* attempts of the schedule spent so far */
+
+    if (ok) {
+        outcome = "delivered";
+        d->stats.delivered++;
+    } else if (permanent || (!f->probe && used >= f->schedule.n_delays)) {
+        outcome = "dead";
+        d->stats.dead++;
+    } else {
+        outcome = "retry";
+        int next = used < f->schedule.n_delays ? used : f->schedule.n_delays - 1;
+        if (retry_after_s >= 0)
+            delay = retry_after_s > 86400 ? 86400.0 : (double)retry_after_s;
+        else
+            delay = delivery_jitter(f->schedule.delays[next > 0 ? next : 0]);
+        d->stats.retried++;
+    }
+    delivery_add_result(d, f, outcome, health, status, error, excerpt, delay, duration_ms);
+    flight_free(d, f);
+    d->inflight--;
 }
 
 void crier_delivery_on_webhook_done(void *ud, const crier_webhook_result *res)
 {
     crier_delivery *d = ud;
-    int attempt = delivery_flying_take(d, res->delivery_id);
+    flight *f = flight_find(d, res->delivery_id);
     char error[600];
-    const char *state;
-    double delay = 0;
+    long st = res->http_status;
 
-    d->inflight--;
-    if (attempt < 0) {
-        crier_error("delivery", "result for unknown delivery %lld", (long long)res->delivery_id);
+    if (!f) {
         delivery_pump(d);
         return;
     }
-    if (!res->error && res->http_status >= 200 && res->http_status < 300) {
-        state = "delivered";
-        error[0] = '\0';
-        d->stats.delivered++;
+    if (!res->error && st >= 200 && st < 300) {
+        delivery_finish(d, f, true, false, "ok", st, NULL, res->response_excerpt, -1, res->duration_ms);
+    } else if (res->error) {
+        /* Connection failures and timeouts are retried (a timeout is ambiguous:
+         * the receiver may have the request, and dedupes by webhook-id); a
+         * target the SSRF guard refused is permanent. */
+        snprintf(error, sizeof error, "%s", res->error);
+        delivery_finish(d, f, false, res->refused != 0, res->refused ? "none" : "fail", 0, error, NULL, -1,
+                        res->duration_ms);
     } else {
-        bool permanent = !res->error && res->http_status >= 400 && res->http_status < 500 &&
-                         res->http_status != 408 && res->http_status != 429;
-        if (res->error)
-            snprintf(error, sizeof error, "%s", res->error);
-        else
-            snprintf(error, sizeof error, "HTTP %ld: %.500s", res->http_status,
-                     res->response_excerpt ? res->response_excerpt : "");
-        if (permanent || attempt >= d->opts.max_attempts) {
-            state = "dead";
-            d->stats.dead++;
-        } else {
-            state = "pending";
-            delay = res->retry_after_s >= 0 ? (double)res->retry_after_s : delivery_backoff(attempt);
-            d->stats.retried++;
-        }
+        bool retriable = st == 408 || st == 429 || st >= 500;
+        snprintf(error, sizeof error, "HTTP %ld%s", st,
+                 retriable ? "" : (st == 410 ? " (gone): the endpoint is paused" : " (permanent: not retried)"));
+        delivery_finish(d, f, false, !retriable, st == 410 ? "gone" : (retriable ? "fail" : "none"), st, error,
+                        res->response_excerpt,
+                        (st == 429 || st == 503) ? res->retry_after_s : -1, res->duration_ms);
     }
-    delivery_add_result(d, res->delivery_id, attempt, state, res->http_status, error[0] ? error : NULL,
-                        delay);
     delivery_pump(d);
+}
+
+void crier_delivery_on_email_done(void *ud, const crier_email_result *res)
+{
+    crier_delivery *d = ud;
+    flight *f = flight_find(d, res->delivery_id);
+    if (f)
+        delivery_finish(d, f, res->error == NULL, res->permanent != 0, "none", res->smtp_code, res->error,
+                        NULL, -1, res->duration_ms);
+    delivery_pump(d);
+}
+
+void crier_delivery_on_kafka_done(void *ud, const crier_kafka_result *res)
+{
+    crier_delivery *d = ud;
+    flight *f = flight_find(d, res->delivery_id);
+    if (f) {
+        if (res->fatal)
+            crier_error("delivery", "the Kafka producer failed fatally (%s): restart crier serve to get a new "
+                        "producer; deliveries are retried",
+                        res->error ? res->error : "unknown");
+        delivery_finish(d, f, res->error == NULL, res->error && !res->retriable && !res->fatal, "none", 0,
+                        res->error, NULL, -1, res->duration_ms);
+    }
+    delivery_pump(d);
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+static const char *cell(PGresult *res, int row, int col)
+{
+    return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
+}
+
+/* Hands one claimed row to its channel's sender. Returns NULL when accepted,
+ * else why it could not be sent (the delivery dies with that error). */
+static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, int64_t token)
+{
+    const char *channel = PQgetvalue(res, i, 2);
+    const char *message_id = PQgetvalue(res, i, 3);
+    const char *target = cell(res, i, 4);
+    const char *body = PQgetvalue(res, i, 5);
+
+    if (!strcmp(channel, "webhook")) {
+        if (!d->senders.webhook)
+            return "no webhook sender in this process";
+        crier_webhook_request req = {
+            .delivery_id = token,
+            .url = target,
+            .body = body,
+            .body_len = (size_t)PQgetlength(res, i, 5),
+            .webhook_id = message_id,
+            .secret = cell(res, i, 6),
+        };
+        return crier_webhook_send(d->senders.webhook, &req) == 0
+                   ? NULL
+                   : "the webhook request was refused before sending (invalid URL, secret or header value, "
+                     "or a body over the size limit; see the log)";
+    }
+    if (!strcmp(channel, "email")) {
+        if (!d->senders.email || !d->opts.email_url)
+            return "no SMTP server is configured: start crier serve with --smtp-url smtp://host:port, then "
+                   "replay with crier dead replay --channel email";
+        const char *from = cell(res, i, 9) ? cell(res, i, 9) : d->opts.email_from;
+        if (!from)
+            return "the email has no sender: give the rule's email block a from, or start crier serve with "
+                   "--email-from ADDRESS";
+        crier_email_request req = {
+            .delivery_id = token,
+            .url = d->opts.email_url,
+            .username = d->opts.email_username,
+            .password = d->opts.email_password,
+            .message = {
+                .message_id = message_id,
+                .from_address = from,
+                .to_address = target,
+                .subject = cell(res, i, 7),
+                .text = PQgetlength(res, i, 5) > 0 ? body : NULL,
+                .html = cell(res, i, 8),
+            },
+        };
+        return crier_email_send(d->senders.email, &req) == 0
+                   ? NULL
+                   : "the email was refused before sending (invalid address or content; see the log)";
+    }
+    if (!strcmp(channel, "kafka")) {
+        if (!d->senders.kafka)
+            return "no Kafka cluster is configured: start crier serve with --kafka-brokers host:port, then "
+                   "replay with crier dead replay --channel kafka";
+        crier_kafka_request req = {
+            .delivery_id = token,
+            .topic = target,
+            .key = message_id,
+            .payload = body,
+            .payload_len = (size_t)PQgetlength(res, i, 5),
+        };
+        return crier_kafka_send(d->senders.kafka, &req) == 0
+                   ? NULL
+                   : "the Kafka message was refused before sending (invalid topic; see the log)";
+    }
+    return "unknown channel: no sender for it in this build";
 }
 
 static void delivery_on_claim(crier_delivery *d, PGresult *res)
@@ -205,95 +421,153 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res)
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
     for (int i = 0; i < n; i++) {
-        int64_t id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-        int attempt = atoi(PQgetvalue(res, i, 1));
-        const char *channel = PQgetvalue(res, i, 2);
-        if (strcmp(channel, "webhook") != 0) {
-            delivery_add_result(d, id, attempt, "dead", 0, "unknown channel: no sender for it in this build",
-                                0);
-            continue;
-        }
-        crier_webhook_request req = {
-            .delivery_id = id,
-            .url = PQgetvalue(res, i, 4),
-            .body = PQgetvalue(res, i, 5),
-            .body_len = (size_t)PQgetlength(res, i, 5),
-            .webhook_id = PQgetvalue(res, i, 3),
-            .secret = PQgetisnull(res, i, 6) ? NULL : PQgetvalue(res, i, 6),
-            .timestamp = 0,
-        };
-        if (crier_webhook_send(d->sender, &req) < 0) {
-            /* Refused before any byte left: not an attempt that counts against
-             * the receiver, but the row must not stay leased forever. */
-            delivery_add_result(d, id, attempt, attempt >= d->opts.max_attempts ? "dead" : "pending", 0,
-                                "the webhook request was refused before sending (bad URL or header value)",
-                                delivery_backoff(attempt));
-            continue;
-        }
-        delivery_flying_add(d, id, attempt);
+        size_t slot = flight_add(d);
+        flight *f = &d->flights[slot];
+        f->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
+        f->attempt = atoi(PQgetvalue(res, i, 1));
+        f->budget_start = atoi(PQgetvalue(res, i, 11));
+        f->probe = PQgetvalue(res, i, 12)[0] == 't';
+        f->started = ev_time();
+        if (f->probe)
+            d->stats.probes++;
+        if (PQgetisnull(res, i, 10) || crier_retry_parse(PQgetvalue(res, i, 10), &f->schedule) < 0)
+            f->schedule = crier_retry_default;
         d->inflight++;
+        if (d->opts.no_send) {
+            delivery_finish(d, f, true, false, "none", 0, NULL, NULL, -1, 0);
+            continue;
+        }
+        const char *refused = delivery_dispatch(d, res, i, flight_token(d, slot));
+        if (refused) {
+            crier_warn("delivery", "delivery %lld (%s): %s", (long long)f->id, PQgetvalue(res, i, 2), refused);
+            delivery_finish(d, f, false, true, "none", 0, refused, NULL, -1, 0);
+        }
     }
+    if (d->inflight > 0 && !ev_is_active(&d->extend)) {
+        double every = d->opts.lease_seconds / 3.0;
+        ev_timer_set(&d->extend, every, every);
+        ev_timer_start(d->loop, &d->extend);
+    }
+}
+
+static void delivery_on_complete(crier_delivery *d, PGresult *res)
+{
+    const char *what[3] = {"paused after failing", "resumed", "disabled after failing too long"};
+    for (int k = 0; k < 3; k++) {
+        const char *list = cell(res, 0, 4 + k);
+        if (!list || !*list)
+            continue;
+        if (k == 2)
+            crier_error("delivery", "endpoint %s: %s (event crier.endpoint.disabled emitted)", what[k], list);
+        else
+            crier_warn("delivery", "endpoint %s: %s", what[k], list);
+        size_t n = 1;
+        for (const char *p = list; (p = strstr(p, ", ")); p += 2)
+            n++;
+        uint64_t *counter = k == 0 ? &d->stats.endpoints_paused
+                            : k == 1 ? &d->stats.endpoints_resumed : &d->stats.endpoints_disabled;
+        *counter += n;
+    }
+    /* Drop the written results, keep any that arrived meanwhile. */
+    memmove(d->results, d->results + d->writing, (d->n_results - d->writing) * sizeof *d->results);
+    d->n_results -= d->writing;
+    d->writing = 0;
+    d->want_claim = true; /* room was made: more may be due */
+    if (d->n_results == 0)
+        crier_strbuf_reset(&d->text);
 }
 
 static void delivery_result_cb(void *ud, PGresult *res, const char *err)
 {
     crier_delivery *d = ud;
     delivery_state was = d->state;
+    static const char *names[] = {"idle", "claim", "result write", "lease extension"};
 
     d->state = DELIVERY_IDLE;
     if (!res || (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)) {
-        crier_error("delivery", "%s failed: %s", was == DELIVERY_CLAIMING ? "claim" : "result write",
-                    res ? PQresultErrorMessage(res) : err);
+        crier_error("delivery", "%s failed: %s", names[was], res ? PQresultErrorMessage(res) : err);
         /* Unwritten results stay queued; claimed rows come back when their lease ends. */
+        d->writing = 0;
         delivery_pause(d);
         return;
     }
-    if (was == DELIVERY_CLAIMING) {
+    if (was == DELIVERY_CLAIMING)
         delivery_on_claim(d, res);
-    } else if (was == DELIVERY_WRITING) {
-        /* Drop the written results, keep any that arrived meanwhile. */
-        memmove(d->results, d->results + d->writing, (d->n_results - d->writing) * sizeof *d->results);
-        d->n_results -= d->writing;
-        d->writing = 0;
-        d->want_claim = true; /* room was made: more may be due */
-        if (d->n_results == 0)
-            crier_strbuf_reset(&d->errors);
-    }
+    else if (was == DELIVERY_WRITING)
+        delivery_on_complete(d, res);
     delivery_pump(d);
+}
+
+static const char *text_at(crier_delivery *d, size_t off)
+{
+    return off == SIZE_MAX ? NULL : crier_strbuf_at(&d->text, off);
 }
 
 static void delivery_write_results(crier_delivery *d)
 {
-    static const uint32_t types[6] = {CRIER_PG_INT8, CRIER_PG_INT4, CRIER_PG_TEXT,
-                                      CRIER_PG_INT4, CRIER_PG_TEXT, CRIER_PG_FLOAT8};
+    static const uint32_t types[N_RESULT_COLS] = {
+        CRIER_PG_INT8, CRIER_PG_INT4, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT4, CRIER_PG_TEXT,
+        CRIER_PG_TEXT, CRIER_PG_FLOAT8, CRIER_PG_FLOAT8, CRIER_PG_FLOAT8, CRIER_PG_BOOL};
     crier_pg_array *c = d->cols;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < N_RESULT_COLS; i++)
         crier_pg_array_begin(&c[i], types[i]);
     for (size_t i = 0; i < d->n_results; i++) {
         const delivery_result *r = &d->results[i];
-        crier_pg_array_add_int64(&c[0], r->id);
-        crier_pg_array_add_int32(&c[1], r->attempt);
-        crier_pg_array_add_str(&c[2], r->state);
+        crier_pg_array_add_int64(&c[COL_ID], r->id);
+        crier_pg_array_add_int32(&c[COL_ATTEMPT], r->attempt);
+        crier_pg_array_add_str(&c[COL_OUTCOME], r->outcome);
+        crier_pg_array_add_str(&c[COL_HEALTH], r->health);
         if (r->status > 0)
-            crier_pg_array_add_int32(&c[3], (int32_t)r->status);
+            crier_pg_array_add_int32(&c[COL_STATUS], (int32_t)r->status);
         else
-            crier_pg_array_add_null(&c[3]);
-        crier_pg_array_add_str(&c[4], r->error == SIZE_MAX ? NULL : crier_strbuf_at(&d->errors, r->error));
-        crier_pg_array_add_double(&c[5], r->delay_s);
+            crier_pg_array_add_null(&c[COL_STATUS]);
+        crier_pg_array_add_str(&c[COL_ERROR], text_at(d, r->error));
+        crier_pg_array_add_str(&c[COL_EXCERPT], text_at(d, r->excerpt));
+        crier_pg_array_add_double(&c[COL_DELAY], r->delay_s);
+        crier_pg_array_add_double(&c[COL_STARTED], r->started);
+        crier_pg_array_add_double(&c[COL_DURATION], r->duration_ms);
+        crier_pg_array_add_bool(&c[COL_PROBE], r->probe);
     }
     crier_pg_params_reset(&d->params);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < N_RESULT_COLS; i++)
         crier_pg_params_array(&d->params, &c[i]);
+    snprintf(d->num_text[0], sizeof d->num_text[0], "%d", d->opts.pause_after);
+    snprintf(d->num_text[1], sizeof d->num_text[1], "%.3f", d->opts.disable_after_s);
+    snprintf(d->num_text[2], sizeof d->num_text[2], "%.3f", d->opts.probe_seconds);
+    for (int i = 0; i < 3; i++)
+        crier_pg_params_text(&d->params, d->num_text[i]);
     d->writing = d->n_results;
     d->state = DELIVERY_WRITING;
-    if (crier_pg_query(d->pg, SQL_RESULTS, &d->params, delivery_result_cb, d) < 0) {
+    if (crier_pg_query(d->pg, SQL_COMPLETE, &d->params, delivery_result_cb, d) < 0) {
         d->writing = 0;
         delivery_pause(d);
     }
 }
 
-/* Does the next database step: write pending results first, then claim more
- * if there is room. */
+static void delivery_extend_leases(crier_delivery *d)
+{
+    crier_pg_array *c = d->cols;
+    crier_pg_array_begin(&c[0], CRIER_PG_INT8);
+    crier_pg_array_begin(&c[1], CRIER_PG_INT4);
+    for (size_t i = 0; i < d->n_flights; i++) {
+        if (!d->flights[i].used)
+            continue;
+        crier_pg_array_add_int64(&c[0], d->flights[i].id);
+        crier_pg_array_add_int32(&c[1], d->flights[i].attempt);
+    }
+    d->want_extend = false;
+    crier_pg_params_reset(&d->params);
+    crier_pg_params_array(&d->params, &c[0]);
+    crier_pg_params_array(&d->params, &c[1]);
+    snprintf(d->num_text[3], sizeof d->num_text[3], "%d", d->opts.lease_seconds);
+    crier_pg_params_text(&d->params, d->num_text[3]);
+    d->state = DELIVERY_EXTENDING;
+    if (crier_pg_query(d->pg, SQL_EXTEND, &d->params, delivery_result_cb, d) < 0)
+        delivery_pause(d);
+}
+
+/* Does the next database step: write pending results first, then extend the
+ * leases of long sends, then claim more if there is room. */
 static void delivery_pump(crier_delivery *d)
 {
     if (d->state != DELIVERY_IDLE || ev_is_active(&d->retry))
@@ -302,6 +576,12 @@ static void delivery_pump(crier_delivery *d)
         delivery_write_results(d);
         return;
     }
+    if (d->want_extend && d->inflight > 0) {
+        delivery_extend_leases(d);
+        return;
+    }
+    if (d->inflight == 0 && ev_is_active(&d->extend))
+        ev_timer_stop(d->loop, &d->extend);
     if (!d->want_claim || d->stopping)
         return;
     int room = d->opts.max_inflight - d->inflight;
@@ -309,37 +589,50 @@ static void delivery_pump(crier_delivery *d)
         return;
     int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
     d->want_claim = false;
-    snprintf(d->limit_text, sizeof d->limit_text, "%d", limit);
-    snprintf(d->lease_text, sizeof d->lease_text, "%d", d->opts.lease_seconds);
+    snprintf(d->num_text[0], sizeof d->num_text[0], "%d", limit);
+    snprintf(d->num_text[1], sizeof d->num_text[1], "%d", d->opts.lease_seconds);
+    snprintf(d->num_text[2], sizeof d->num_text[2], "%.3f", d->opts.probe_seconds);
     crier_pg_params_reset(&d->params);
-    crier_pg_params_text(&d->params, d->limit_text);
-    crier_pg_params_text(&d->params, d->lease_text);
+    for (int i = 0; i < 3; i++)
+        crier_pg_params_text(&d->params, d->num_text[i]);
     d->state = DELIVERY_CLAIMING;
     if (crier_pg_query(d->pg, SQL_CLAIM, &d->params, delivery_result_cb, d) < 0)
         delivery_pause(d);
 }
 
-crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_webhook_sender *sender,
-                                   const crier_delivery_options *opts)
+crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, const crier_delivery_options *opts)
 {
     crier_delivery *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
     d->loop = loop;
     d->pg = pg;
-    d->sender = sender;
-    d->opts.batch_size = opts && opts->batch_size > 0 ? opts->batch_size : 200;
-    d->opts.max_inflight = opts && opts->max_inflight > 0 ? opts->max_inflight : 256;
-    d->opts.lease_seconds = opts && opts->lease_seconds > 0 ? opts->lease_seconds : 60;
-    d->opts.max_attempts = opts && opts->max_attempts > 0 ? opts->max_attempts : 8;
+    if (opts)
+        d->opts = *opts;
+    if (d->opts.batch_size <= 0)
+        d->opts.batch_size = 200;
+    if (d->opts.max_inflight <= 0)
+        d->opts.max_inflight = 256;
+    if (d->opts.max_inflight > 0xffffff)
+        d->opts.max_inflight = 0xffffff;
+    if (d->opts.lease_seconds <= 0)
+        d->opts.lease_seconds = 60;
+    if (d->opts.pause_after <= 0)
+        d->opts.pause_after = 20;
+    if (d->opts.probe_seconds <= 0)
+        d->opts.probe_seconds = 30;
+    if (d->opts.disable_after_s <= 0)
+        d->opts.disable_after_s = 5 * 86400.0;
     ev_timer_init(&d->retry, delivery_retry_cb, 1.0, 0.);
     d->retry.data = d;
+    ev_timer_init(&d->extend, delivery_extend_cb, 20., 20.);
+    d->extend.data = d;
     return d;
 }
 
-void crier_delivery_set_sender(crier_delivery *d, crier_webhook_sender *sender)
+void crier_delivery_set_senders(crier_delivery *d, const crier_delivery_senders *senders)
 {
-    d->sender = sender;
+    d->senders = *senders;
 }
 
 void crier_delivery_kick(crier_delivery *d)
@@ -359,6 +652,22 @@ void crier_delivery_stop(crier_delivery *d)
     d->stopping = true;
 }
 
+void crier_delivery_release(crier_delivery *d)
+{
+    d->stopping = true;
+    for (size_t i = 0; i < d->n_flights; i++) {
+        flight *f = &d->flights[i];
+        if (!f->used)
+            continue;
+        delivery_add_result(d, f, "released", "none", 0, "released at shutdown before the send completed",
+                            NULL, 0, (ev_time() - f->started) * 1000.0);
+        flight_free(d, f);
+        d->inflight--;
+        d->stats.released++;
+    }
+    delivery_pump(d);
+}
+
 int crier_delivery_pending(const crier_delivery *d)
 {
     return d->inflight + (int)d->n_results + (d->state != DELIVERY_IDLE ? 1 : 0);
@@ -374,10 +683,12 @@ void crier_delivery_free(crier_delivery *d)
     if (!d)
         return;
     ev_timer_stop(d->loop, &d->retry);
-    for (int i = 0; i < 6; i++)
+    ev_timer_stop(d->loop, &d->extend);
+    for (int i = 0; i < N_RESULT_COLS; i++)
         crier_pg_array_free(&d->cols[i]);
-    crier_strbuf_free(&d->errors);
+    crier_strbuf_free(&d->text);
     free(d->results);
-    free(d->flying);
+    free(d->flights);
+    free(d->free_slots);
     free(d);
 }

@@ -1,10 +1,15 @@
 /* delivery.h — the delivery worker: claims due deliveries in batches under a
- * lease (FOR UPDATE SKIP LOCKED, autocommit: no transaction is open while
- * sending), hands them to the channel senders, and writes results back in
- * batches with one UPDATE … FROM unnest statement. */
+ * lease (crier.claim_deliveries: FOR UPDATE SKIP LOCKED, autocommit, so no
+ * transaction is open while sending), hands each to its channel's sender
+ * (webhook, email, kafka), extends the leases of sends still in flight, and
+ * writes results back in batches (crier.complete_deliveries: one statement per
+ * batch that records every attempt, schedules retries, and keeps endpoint
+ * health — pause after a run of failures, probe, resume, disable). */
 #ifndef CRIER_DELIVERY_H
 #define CRIER_DELIVERY_H
 
+#include "email.h"
+#include "kafka.h"
 #include "pg_async.h"
 #include "webhook.h"
 
@@ -15,11 +20,38 @@ struct ev_loop;
 
 typedef struct crier_delivery crier_delivery;
 
+#define CRIER_RETRY_MAX_STEPS 32
+
+/* A retry schedule: delays[n] is the delay in seconds before attempt n+1
+ * (delays[0], before the first attempt, is normally 0); n_delays is the number
+ * of attempts. Each retry waits a uniformly random time in [0, delays[n]]
+ * (full jitter) unless the receiver asked for a time (Retry-After). */
+typedef struct {
+    int delays[CRIER_RETRY_MAX_STEPS];
+    int n_delays;
+} crier_retry_schedule;
+
+/* The default schedule: immediately, then about 5 s, 5 min, 30 min, 2 h, 5 h,
+ * 10 h, 10 h (8 attempts over about 28 hours). */
+extern const crier_retry_schedule crier_retry_default;
+
+/* Parses a PostgreSQL integer array literal "{0,5,300}" into s. Returns 0, or -1
+ * if the text is not such a literal, is empty, has a negative delay or more
+ * than CRIER_RETRY_MAX_STEPS entries. */
+int crier_retry_parse(const char *text, crier_retry_schedule *s);
+
 typedef struct {
     int batch_size;      /* deliveries claimed per statement (default 200) */
     int max_inflight;    /* sends in flight at once (default 256) */
-    int lease_seconds;   /* a claim is void after this (default 60) */
-    int max_attempts;    /* dead after this many failed attempts (default 8) */
+    int lease_seconds;   /* a claim is void after this; extended while a send runs (default 60) */
+    int pause_after;     /* consecutive failures that pause a webhook endpoint (default 20) */
+    double probe_seconds;   /* first probe delay of a paused endpoint, doubling to 1 h (default 30) */
+    double disable_after_s; /* a paused endpoint failing this long is disabled (default 5 days) */
+    const char *email_url;  /* smtp[s]://host:port for the email channel (NULL: email deliveries die
+                               with an error saying so) */
+    const char *email_username, *email_password; /* SMTP AUTH, or NULL */
+    const char *email_from;  /* From: when the rule gives none */
+    bool no_send;        /* benchmark floor only: complete every claim as delivered without sending */
 } crier_delivery_options;
 
 typedef struct {
@@ -27,20 +59,34 @@ typedef struct {
     uint64_t delivered;
     uint64_t retried;
     uint64_t dead;
+    uint64_t released;
+    uint64_t probes;
+    uint64_t endpoints_paused;
+    uint64_t endpoints_resumed;
+    uint64_t endpoints_disabled;
 } crier_delivery_stats;
 
-/* Creates the worker on its own connection pg (not owned), sending webhooks
- * through sender (not owned). Returns NULL on allocation failure. */
-crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_webhook_sender *sender,
-                                   const crier_delivery_options *opts);
+/* The channel senders a worker hands deliveries to. Any may be NULL: a
+ * delivery for a channel without a sender dies with an error that says how to
+ * configure it. Not owned by the worker. */
+typedef struct {
+    crier_webhook_sender *webhook;
+    crier_email_sender *email;
+    crier_kafka_sender *kafka;
+} crier_delivery_senders;
 
-/* Sets the webhook sender (created after the worker because the sender's
- * completion callback needs the worker). */
-void crier_delivery_set_sender(crier_delivery *d, crier_webhook_sender *sender);
+/* Creates the worker on its own connection pg (not owned). Senders are set
+ * afterwards with crier_delivery_set_senders (their completion callbacks need
+ * the worker). Returns NULL on allocation failure. */
+crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, const crier_delivery_options *opts);
 
-/* The webhook sender's completion callback: pass it (with the worker as ud)
- * to crier_webhook_sender_new. */
+void crier_delivery_set_senders(crier_delivery *d, const crier_delivery_senders *senders);
+
+/* The senders' completion callbacks: pass them, with the worker as ud, to the
+ * sender constructors. */
 void crier_delivery_on_webhook_done(void *ud, const crier_webhook_result *result);
+void crier_delivery_on_email_done(void *ud, const crier_email_result *result);
+void crier_delivery_on_kafka_done(void *ud, const crier_kafka_result *result);
 
 /* Asks for a claim pass (new deliveries may be due). */
 void crier_delivery_kick(crier_delivery *d);
@@ -52,12 +98,18 @@ bool crier_delivery_idle(const crier_delivery *d);
 /* Stops claiming; sends in flight complete and their results are written. */
 void crier_delivery_stop(crier_delivery *d);
 
+/* Gives up on the sends still in flight (shutdown deadline): each is written
+ * back as released — due again at once for any worker, no attempt of its
+ * schedule spent — and later completions of those sends are ignored. The
+ * caller then runs the loop until crier_delivery_pending is 0. */
+void crier_delivery_release(crier_delivery *d);
+
 /* Number of sends in flight plus results not yet written. */
 int crier_delivery_pending(const crier_delivery *d);
 
 const crier_delivery_stats *crier_delivery_get_stats(const crier_delivery *d);
 
-/* Frees the worker (connection and sender are the caller's). */
+/* Frees the worker (connection and senders are the caller's). */
 void crier_delivery_free(crier_delivery *d);
 
 #endif

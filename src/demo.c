@@ -7,6 +7,7 @@
  * how many alerts arrived. The unique notification key makes it one each. */
 #include "cli.h"
 #include "engine.h"
+#include "target_guard.h"
 #include "http_sink.h"
 #include "log.h"
 #include "migrate.h"
@@ -185,6 +186,8 @@ int crier_cmd_demo(int argc, char **argv)
         .shutdown_deadline = 10,
         .exit_when_idle = true,
         .handle_signals = true,
+        /* the demo's receiver is on loopback, which webhooks refuse by default */
+        .webhook = {.allow_targets = CRIER_TARGET_ALLOW_LOOPBACK},
     };
 
     printf("\njob runner, attempt 1: emitting %zu invoices... timed out after %zu\n", DEMO_BATCH_LEN,

@@ -13,10 +13,13 @@ typedef struct {
     struct ev_loop *loop;
     crier_pg *pg_fanout, *pg_delivery, *pg_listen;
     crier_webhook_sender *sender;
+    crier_email_sender *email;
+    crier_kafka_sender *kafka;
     crier_fanout *fanout;
     crier_delivery *delivery;
     ev_timer poll;
     ev_timer deadline;
+    bool released;
     ev_prepare before_sleep;
     ev_signal sig_term, sig_int, sig_hup;
     bool stopping;
@@ -91,11 +94,24 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
         ev_break(loop, EVBREAK_ALL);
 }
 
+/* At the shutdown deadline the sends still in flight are released (written
+ * back as due now, for any worker); if even that cannot be written within a
+ * few more seconds, the loop stops and their leases expire instead. */
 static void engine_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    (void)w;
+    engine *e = w->data;
     (void)revents;
-    crier_warn("engine", "shutdown deadline passed with sends in flight: their leases will expire and "
+    if (!e->released) {
+        e->released = true;
+        crier_warn("engine", "shutdown deadline passed with %d sends in flight: releasing them for another "
+                             "worker",
+                   crier_delivery_pending(e->delivery));
+        crier_delivery_release(e->delivery);
+        ev_timer_set(w, 5., 0.);
+        ev_timer_start(loop, w);
+        return;
+    }
+    crier_warn("engine", "could not write the released deliveries back: their leases will expire and "
                          "another worker will retry them");
     ev_break(loop, EVBREAK_ALL);
 }
@@ -174,7 +190,7 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         goto out;
     }
     rules = NULL; /* owned by the fan-out worker now */
-    e.delivery = crier_delivery_new(e.loop, e.pg_delivery, NULL, &cfg->delivery);
+    e.delivery = crier_delivery_new(e.loop, e.pg_delivery, &cfg->delivery);
     if (!e.delivery) {
         snprintf(err, err_len, "out of memory");
         goto out;
@@ -184,7 +200,23 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         snprintf(err, err_len, "cannot create the webhook sender (see the log above)");
         goto out;
     }
-    crier_delivery_set_sender(e.delivery, e.sender);
+    if (cfg->delivery.email_url) {
+        e.email = crier_email_sender_new(e.loop, &cfg->email, crier_delivery_on_email_done, e.delivery);
+        if (!e.email) {
+            snprintf(err, err_len, "cannot create the email sender (see the log above)");
+            goto out;
+        }
+    }
+    if (cfg->kafka.bootstrap_servers) {
+        e.kafka = crier_kafka_sender_new(e.loop, &cfg->kafka, crier_delivery_on_kafka_done, e.delivery);
+        if (!e.kafka) {
+            snprintf(err, err_len, "cannot create the Kafka producer for %s (see the log above)",
+                     cfg->kafka.bootstrap_servers);
+            goto out;
+        }
+    }
+    crier_delivery_set_senders(e.delivery,
+                               &(crier_delivery_senders){.webhook = e.sender, .email = e.email, .kafka = e.kafka});
 
     engine_listen(&e);
     ev_timer_init(&e.poll, engine_poll_cb, 0., cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
@@ -235,6 +267,8 @@ out:
     ev_timer_stop(e.loop, &e.deadline);
     ev_prepare_stop(e.loop, &e.before_sleep);
     crier_webhook_sender_free(e.sender);
+    crier_email_sender_free(e.email);
+    crier_kafka_sender_free(e.kafka);
     crier_delivery_free(e.delivery);
     crier_fanout_free(e.fanout);
     crier_rules_free(rules);

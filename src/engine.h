@@ -22,8 +22,10 @@ typedef struct {
     crier_fanout_options fanout;
     crier_delivery_options delivery;
     crier_webhook_options webhook;
+    crier_email_options email;   /* used when delivery.email_url is set */
+    crier_kafka_options kafka;   /* a producer is created when kafka.bootstrap_servers is set */
     double poll_interval;     /* seconds between fallback polls (default 1) */
-    double shutdown_deadline; /* seconds to let sends finish on TERM (default 10) */
+    double shutdown_deadline; /* seconds to let sends finish on TERM before releasing them (default 10) */
     bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
     bool handle_signals;      /* install TERM/INT/HUP watchers */
 } crier_engine_config;

@@ -72,7 +72,7 @@ struct crier_fanout {
     uint64_t batch_deliveries;
 
     /* Parameter arrays of the statements in flight (kept until the callback). */
-    crier_pg_array cols[18];
+    crier_pg_array cols[22];
     crier_pg_params params;
     char limit_text[24];
     char max_attempts_text[24];
@@ -96,7 +96,8 @@ static const char SQL_LOCK[] =
  * $10..$14 deliveries: key_hash, channel, target, body, secret
  * $15     ids of events done
  * $16..$18 failed events: id, error, permanent
- * $19     max attempts */
+ * $19     max attempts
+ * $20..$23 deliveries, continued: subject, html, sender, retry schedule ("{0,5,300}" or NULL) */
 static const char SQL_WRITE[] =
     "WITH ins AS ("
     "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"
@@ -107,11 +108,13 @@ static const char SQL_WRITE[] =
     "  ON CONFLICT (key_hash) DO NOTHING"
     "  RETURNING n.id, n.key_hash, n.tenant"
     "), dlv AS ("
-    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret)"
+    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
+    "      subject, html, sender, retry_schedule)"
     "  SELECT ins.id, ins.tenant, d.channel, 'msg_' || replace(ins.key_hash::text, '-', ''),"
-    "      d.target, d.body, d.secret"
-    "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[])"
-    "      AS d(key_hash, channel, target, body, secret)"
+    "      d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry::int[]"
+    "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[],"
+    "      $21::text[], $22::text[], $23::text[])"
+    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry)"
     "  JOIN ins ON ins.key_hash = d.key_hash"
     "  RETURNING 1"
     "), done AS ("
@@ -281,15 +284,16 @@ static void fanout_plan_and_write(crier_fanout *f)
     crier_pg_array *c = f->cols;
     char key[2048];
 
-    /* Column i is parameter $(i+1); $9 (rules version) and $19 (max attempts)
-     * are text parameters, so cols[8] is unused. */
-    static const uint32_t types[18] = {
+    /* Column i is parameter $(i+1) for i < 18 and $(i+2) after: $9 (rules
+     * version) and $19 (max attempts) are text parameters, so cols[8] is unused. */
+    static const uint32_t types[22] = {
         CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, 0,             CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_TEXT,
-        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL};
+        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL,
+        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT};
 
     crier_plan_reset(&f->plan);
-    for (int i = 0; i < 18; i++)
+    for (int i = 0; i < 22; i++)
         if (types[i])
             crier_pg_array_begin(&c[i], types[i]);
 
@@ -345,9 +349,13 @@ static void fanout_plan_and_write(crier_fanout *f)
             const crier_plan_delivery *pd = &f->plan.deliveries[d];
             crier_pg_array_add_uuid(&c[9], h);
             crier_pg_array_add_str(&c[10], pd->channel);
-            crier_pg_array_add_str(&c[11], pd->url);
+            crier_pg_array_add_str(&c[11], pd->target);
             crier_pg_array_add_text(&c[12], pd->body, pd->body_len);
             crier_pg_array_add_str(&c[13], pd->secret);
+            crier_pg_array_add_str(&c[18], pd->subject);
+            crier_pg_array_add_str(&c[19], pd->html);
+            crier_pg_array_add_str(&c[20], pd->sender);
+            crier_pg_array_add_str(&c[21], pd->retry);
         }
     }
 
@@ -360,6 +368,8 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_params_text(&f->params, crier_rules_version(f->rules));
     }
     crier_pg_params_text(&f->params, f->max_attempts_text);
+    for (int i = 18; i < 22; i++)
+        crier_pg_params_array(&f->params, &c[i]);
     fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }
 

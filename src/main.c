@@ -28,7 +28,7 @@ static const char main_help[] =
     "  bench     benchmarks (bench fanout)\n"
     "  cluster   manage a private PostgreSQL cluster (start|stop|url DIR)\n"
     "  feed      a person's feed (not built yet: issue 5)\n"
-    "  dead      list / replay quarantined work (not built yet: issue 3)\n"
+    "  dead      list / replay dead letters (failed deliveries, quarantined events)\n"
     "\n"
     "environment: CRIER_DATABASE_URL (libpq connection string), CRIER_DATA_DIR,\n"
     "CRIER_RULES, CRIER_LUA_DIR, CRIER_SET_<NAME>=VALUE, CRIER_LOG=debug|info|warn|error\n";
@@ -50,6 +50,7 @@ int main(int argc, char **argv)
         {"serve", crier_cmd_serve},   {"emit", crier_cmd_emit},       {"migrate", crier_cmd_migrate},
         {"check", crier_cmd_check},   {"try", crier_cmd_try},         {"status", crier_cmd_status},
         {"demo", crier_cmd_demo},     {"bench", crier_cmd_bench},     {"cluster", crier_cmd_cluster},
+        {"dead", crier_cmd_dead},
     };
     int rc;
 
@@ -60,8 +61,6 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "feed"))
         return main_not_built("feed", "issue 5");
-    if (!strcmp(argv[1], "dead"))
-        return main_not_built("dead", "issue 3");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;

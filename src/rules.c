@@ -573,7 +573,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
         n_deliveries = lua_objlen(L, -1);
         for (size_t j = 1; j <= n_deliveries; j++) {
             crier_plan_delivery *d;
-            const char *channel, *url, *body, *secret;
+            const char *channel, *target, *body, *secret, *subject, *html, *sender, *retry;
             size_t body_len;
             lua_rawgeti(L, -1, (int)j);
             if (lua_type(L, -1) != LUA_TTABLE) {
@@ -581,9 +581,13 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
                 goto bad;
             }
             if (copy_field(L, -1, "channel", 0, plan, &channel, NULL, &why) != 0 ||
-                copy_field(L, -1, "url", 1, plan, &url, NULL, &why) != 0 ||
+                copy_field(L, -1, "target", 0, plan, &target, NULL, &why) != 0 ||
                 copy_field(L, -1, "body", 0, plan, &body, &body_len, &why) != 0 ||
-                copy_field(L, -1, "secret", 1, plan, &secret, NULL, &why) != 0)
+                copy_field(L, -1, "secret", 1, plan, &secret, NULL, &why) != 0 ||
+                copy_field(L, -1, "subject", 1, plan, &subject, NULL, &why) != 0 ||
+                copy_field(L, -1, "html", 1, plan, &html, NULL, &why) != 0 ||
+                copy_field(L, -1, "from", 1, plan, &sender, NULL, &why) != 0 ||
+                copy_field(L, -1, "retry_literal", 1, plan, &retry, NULL, &why) != 0)
                 goto bad;
             d = plan_add_delivery(plan);
             if (!d) {
@@ -591,10 +595,14 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
                 goto bad;
             }
             d->channel = channel;
-            d->url = url;
+            d->target = target;
             d->body = body;
             d->body_len = body_len;
             d->secret = secret;
+            d->subject = subject;
+            d->html = html;
+            d->sender = sender;
+            d->retry = retry;
             lua_pop(L, 1);
         }
         lua_pop(L, 2); /* deliveries, entry */

@@ -26,11 +26,16 @@ typedef struct {
 
 /* One delivery of a planned notification (one channel). */
 typedef struct {
-    const char *channel; /* "webhook" for now */
-    const char *url;     /* webhook target (NULL for channels without one) */
-    const char *body;    /* rendered body (JSON for webhook) */
+    const char *channel; /* "webhook", "email" or "kafka" */
+    const char *target;  /* webhook URL, email recipient address or Kafka topic */
+    const char *body;    /* webhook JSON body, email text part or Kafka message value */
     size_t body_len;
-    const char *secret;  /* "whsec_…" signing secret or NULL */
+    const char *secret;  /* webhook: "whsec_…" signing secret(s), space-separated, or NULL */
+    const char *subject; /* email subject, or NULL */
+    const char *html;    /* email HTML part, or NULL */
+    const char *sender;  /* email From address, or NULL for the configured default */
+    const char *retry;   /* retry schedule as a PostgreSQL int[] literal "{0,5,300}", or NULL
+                            for the channel's default */
 } crier_plan_delivery;
 
 /* One planned notification: one recipient of one event. */

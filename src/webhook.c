@@ -9,6 +9,16 @@
  * a final status line is a confirmed answer from the receiver. The same holds
  * when the body stalls past the total timeout after a final status arrived.
  *
+ * Targets: every socket a transfer would open is first put to the SSRF guard
+ * (target_guard.c) through curl_ev's per-transfer guard, with the address
+ * curl resolved, so names that resolve or re-resolve to internal addresses
+ * are caught; when the guard refused every address tried, the result has
+ * refused = 1 and the guard's message. Only http and https, no redirects (a
+ * 3xx is the answer), bodies up to max_body_bytes.
+ *
+ * Signatures: the secret may be a whitespace-separated list of "whsec_"
+ * secrets (rotation); webhook-signature then holds one "v1,…" per secret.
+ *
  * Other choices: zero (or negative) option fields mean the default; requests
  * whose url or webhook_id hold control characters (CR, LF, other C0, DEL), whose
  * url has spaces or is not http(s), whose webhook_id is empty or longer than
@@ -46,7 +56,8 @@
 /* Longest webhook-id accepted (notification keys are far shorter). */
 #define WEBHOOK_MAX_ID_LEN 512
 /* "v1," + base64 of a 32-byte HMAC-SHA256 + NUL. */
-#define WEBHOOK_SIGNATURE_LEN (3 + 44 + 1)
+#define WEBHOOK_SIGNATURE_LEN CRIER_WEBHOOK_SIGNATURE_LEN
+#define WEBHOOK_SECRET_PREFIX "whsec_"
 #define WEBHOOK_USER_AGENT "crier/0.1"
 
 typedef struct webhook_transfer webhook_transfer;
@@ -64,6 +75,10 @@ struct webhook_transfer {
     size_t discarded;
     int capped;
     long retry_after_s;
+    crier_curl_ev_guard guard; /* the SSRF guard's hook for this transfer */
+    int guard_allowed;         /* sockets the guard let open */
+    int guard_refused;         /* addresses the guard refused */
+    char refused_msg[CRIER_TARGET_ERROR_LEN + 16]; /* "refused: " + the first refusal */
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -88,10 +103,12 @@ static double webhook_now_ms(void)
 
 /* ---- signature ---------------------------------------------------------- */
 
-int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t timestamp,
-                       const char *body, size_t body_len, char *out, size_t out_len)
+/* crier_webhook_sign for a secret of secret_len bytes (not NUL-terminated). */
+static int webhook_sign_n(const char *secret, size_t secret_len, const char *webhook_id,
+                          int64_t timestamp, const char *body, size_t body_len, char *out,
+                          size_t out_len)
 {
-    static const char prefix[] = "whsec_";
+    static const char prefix[] = WEBHOOK_SECRET_PREFIX;
     unsigned char *key = NULL;
     long key_len;
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -106,16 +123,16 @@ int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t times
     if (!secret || !webhook_id || (!body && body_len > 0) || !out ||
         out_len < WEBHOOK_SIGNATURE_LEN)
         return -1;
-    if (strncmp(secret, prefix, sizeof prefix - 1) == 0) {
+    if (secret_len >= sizeof prefix - 1 && strncmp(secret, prefix, sizeof prefix - 1) == 0) {
         const char *b64 = secret + sizeof prefix - 1;
-        size_t b64_len = strlen(b64);
+        size_t b64_len = secret_len - (sizeof prefix - 1);
 
         key = malloc(3 * (b64_len + 3) / 4 + 1);
         if (!key)
             return -1;
         key_len = crier_base64_decode(b64, b64_len, key);
     } else {
-        key_len = (long)strlen(secret);
+        key_len = (long)secret_len;
         key = malloc((size_t)key_len + 1);
         if (!key)
             return -1;
@@ -154,6 +171,72 @@ out:
     }
     OPENSSL_cleanse(mac, sizeof mac);
     return rc;
+}
+
+int crier_webhook_sign(const char *secret, const char *webhook_id, int64_t timestamp,
+                       const char *body, size_t body_len, char *out, size_t out_len)
+{
+    if (!secret)
+        return -1;
+    return webhook_sign_n(secret, strlen(secret), webhook_id, timestamp, body, body_len, out,
+                          out_len);
+}
+
+int crier_webhook_sign_all(const char *secrets, const char *webhook_id, int64_t timestamp,
+                           const char *body, size_t body_len, char *out, size_t out_len,
+                           int *bad_index)
+{
+    static const char prefix[] = WEBHOOK_SECRET_PREFIX;
+    const char *p;
+    size_t used = 0;
+    int count = 0;
+
+    if (bad_index)
+        *bad_index = 0;
+    if (!secrets || !out || out_len == 0)
+        return -1;
+    out[0] = '\0';
+    for (p = secrets; isspace((unsigned char)*p); p++)
+        ;
+    /* Not a whsec_ list: one raw key, exactly as given (whitespace included). */
+    if (strncmp(p, prefix, sizeof prefix - 1) != 0) {
+        if (out_len < WEBHOOK_SIGNATURE_LEN)
+            return -1;
+        if (webhook_sign_n(secrets, strlen(secrets), webhook_id, timestamp, body, body_len, out,
+                           out_len) != 0) {
+            if (bad_index)
+                *bad_index = 1;
+            return -1;
+        }
+        return 1;
+    }
+    while (*p) {
+        const char *end = p;
+        size_t sep = count > 0 ? 1 : 0;
+
+        while (*end && !isspace((unsigned char)*end))
+            end++;
+        if (count == CRIER_WEBHOOK_MAX_SECRETS || used + sep + WEBHOOK_SIGNATURE_LEN > out_len)
+            goto fail; /* bad_index stays 0: the list, not one secret */
+        /* Every entry of a list must be a whsec_ secret with a usable key. */
+        if ((size_t)(end - p) < sizeof prefix - 1 || strncmp(p, prefix, sizeof prefix - 1) != 0 ||
+            webhook_sign_n(p, (size_t)(end - p), webhook_id, timestamp, body, body_len,
+                           out + used + sep, out_len - used - sep) != 0) {
+            if (bad_index)
+                *bad_index = count + 1;
+            goto fail;
+        }
+        if (sep)
+            out[used] = ' ';
+        used += sep + WEBHOOK_SIGNATURE_LEN - 1;
+        count++;
+        for (p = end; isspace((unsigned char)*p); p++)
+            ;
+    }
+    return count;
+fail:
+    out[0] = '\0';
+    return -1;
 }
 
 /* ---- request validation ------------------------------------------------- */
@@ -305,6 +388,9 @@ static webhook_transfer *webhook_transfer_get(crier_webhook_sender *s)
     t->discarded = 0;
     t->capped = 0;
     t->retry_after_s = -1;
+    t->guard_allowed = 0;
+    t->guard_refused = 0;
+    t->refused_msg[0] = '\0';
     t->errbuf[0] = '\0';
     return t;
 err:
@@ -344,7 +430,7 @@ static void webhook_active_unlink(crier_webhook_sender *s, webhook_transfer *t)
 /* Appends "name: value" to t->headers. Returns 0 or -1 (out of memory). */
 static int webhook_add_header(webhook_transfer *t, const char *name, const char *value)
 {
-    char line[WEBHOOK_MAX_ID_LEN + 64];
+    char line[WEBHOOK_MAX_ID_LEN + CRIER_WEBHOOK_SIGNATURES_LEN + 64];
     struct curl_slist *l;
     int n = snprintf(line, sizeof line, "%s: %s", name, value);
 
@@ -392,9 +478,19 @@ static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
     WEBHOOK_SETOPT(CURLOPT_PRIVATE, t);
     WEBHOOK_SETOPT(CURLOPT_NOSIGNAL, 1L);
     WEBHOOK_SETOPT(CURLOPT_URL, req->url);
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85.0 */
     WEBHOOK_SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
     WEBHOOK_SETOPT(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    WEBHOOK_SETOPT(CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    WEBHOOK_SETOPT(CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    /* Never follow redirects: a 3xx is the receiver's answer, and following
+     * one would be a second, unchecked request. */
     WEBHOOK_SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
+    /* No proxy from the environment (http_proxy, …): the guard must see the
+     * target's own address, not a proxy's. */
+    WEBHOOK_SETOPT(CURLOPT_PROXY, "");
     WEBHOOK_SETOPT(CURLOPT_CONNECTTIMEOUT_MS, s->opts.connect_timeout_ms);
     WEBHOOK_SETOPT(CURLOPT_TIMEOUT_MS, s->opts.total_timeout_ms);
     WEBHOOK_SETOPT(CURLOPT_USERAGENT, WEBHOOK_USER_AGENT);
@@ -414,6 +510,22 @@ err:
                curl_easy_strerror(rc));
     return -1;
 #undef WEBHOOK_SETOPT
+}
+
+/* crier_curl_ev_guard_fn: lets a socket open only to an address the sender's
+ * allow_targets permits; remembers the first refusal for the result. */
+static bool webhook_guard_cb(void *ud, const struct sockaddr *addr, socklen_t addr_len)
+{
+    webhook_transfer *t = ud;
+    char why[CRIER_TARGET_ERROR_LEN];
+
+    if (crier_target_check(addr, addr_len, t->sender->opts.allow_targets, why, sizeof why) == 0) {
+        t->guard_allowed++;
+        return true;
+    }
+    if (t->guard_refused++ == 0)
+        snprintf(t->refused_msg, sizeof t->refused_msg, "refused: %s", why);
+    return false;
 }
 
 /* crier_curl_ev_done_fn: completes one transfer — builds the result, calls
@@ -444,6 +556,13 @@ static void webhook_curl_done(void *ud, CURL *easy, CURLcode code)
             crier_debug("webhook", "delivery %" PRId64 ": status %ld, body incomplete: %s",
                         t->delivery_id, status,
                         t->capped ? "response too large" : curl_easy_strerror(code));
+    } else if (t->guard_refused > 0 && t->guard_allowed == 0) {
+        /* Every address tried was refused: no socket was opened. */
+        r.http_status = 0;
+        r.error = t->refused_msg;
+        r.refused = 1;
+        r.retry_after_s = -1;
+        crier_warn("webhook", "delivery %" PRId64 " %s", t->delivery_id, t->refused_msg);
     } else {
         r.http_status = 0;
         r.error = t->errbuf[0] ? t->errbuf : curl_easy_strerror(code);
@@ -485,6 +604,8 @@ crier_webhook_sender *crier_webhook_sender_new(struct ev_loop *loop,
         s->opts.max_response_bytes = WEBHOOK_DEFAULT_MAX_RESPONSE_BYTES;
     if (s->opts.max_inflight <= 0)
         s->opts.max_inflight = WEBHOOK_DEFAULT_MAX_INFLIGHT;
+    if (s->opts.max_body_bytes == 0)
+        s->opts.max_body_bytes = CRIER_WEBHOOK_DEFAULT_MAX_BODY_BYTES;
 
     s->curl = crier_curl_ev_new(loop, (long)s->opts.max_inflight, "webhook", webhook_curl_done,
                                 webhook_sender_destroy, s);
@@ -500,18 +621,30 @@ err:
 int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req)
 {
     webhook_transfer *t = NULL;
-    char signature[WEBHOOK_SIGNATURE_LEN];
+    char signature[CRIER_WEBHOOK_SIGNATURES_LEN];
     int64_t timestamp;
+    int bad = 0;
 
     if (!s || crier_curl_ev_closing(s->curl) || webhook_check_request(req) != 0)
         return -1;
     if (s->inflight >= s->opts.max_inflight)
         return -1;
+    if (req->body_len > s->opts.max_body_bytes) {
+        crier_warn("webhook", "refused delivery %" PRId64 ": body is %zu bytes, over the limit of %zu",
+                   req->delivery_id, req->body_len, s->opts.max_body_bytes);
+        return -1;
+    }
     timestamp = req->timestamp ? req->timestamp : (int64_t)time(NULL);
-    if (req->secret && crier_webhook_sign(req->secret, req->webhook_id, timestamp, req->body,
-                                          req->body_len, signature, sizeof signature) != 0) {
-        crier_warn("webhook", "refused delivery %" PRId64 ": secret is not usable",
-                   req->delivery_id);
+    if (req->secret && crier_webhook_sign_all(req->secret, req->webhook_id, timestamp, req->body,
+                                              req->body_len, signature, sizeof signature, &bad) < 0) {
+        if (bad > 0)
+            crier_warn("webhook",
+                       "refused delivery %" PRId64 ": secret %d of the list is not usable "
+                       "(not a whsec_ secret with a non-empty base64 key)",
+                       req->delivery_id, bad);
+        else
+            crier_warn("webhook", "refused delivery %" PRId64 ": more than %d secrets",
+                       req->delivery_id, CRIER_WEBHOOK_MAX_SECRETS);
         return -1;
     }
     t = webhook_transfer_get(s);
@@ -523,7 +656,9 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
         goto err;
     t->start_ms = webhook_now_ms();
-    if (crier_curl_ev_add(s->curl, t->easy) != 0) {
+    t->guard.check = webhook_guard_cb;
+    t->guard.ud = t;
+    if (crier_curl_ev_add_guarded(s->curl, t->easy, &t->guard) != 0) {
         crier_warn("webhook", "delivery %" PRId64 ": libcurl refused the transfer", req->delivery_id);
         goto err;
     }

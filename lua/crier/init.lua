@@ -49,6 +49,11 @@ local function where(level)
     return src .. ":" .. (info.currentline or 0)
 end
 
+-- crier._registry(): the registry being loaded or run (crier.runtime only).
+function crier._registry()
+    return current
+end
+
 -- The registry for a declaration made by user code; misuse outside a load is
 -- reported at the user's call site (level 3: user -> api -> here).
 local function loading_registry(api)
@@ -99,6 +104,77 @@ local function is_list(v)
 end
 
 ---------------------------------------------------------------------------
+-- Retry schedules
+
+local duration_units = { s = 1, m = 60, h = 3600, d = 86400 }
+
+-- crier.parse_retry(schedule): a schedule is a list of delays before each
+-- attempt — numbers of seconds or strings like "5s", "30m", "2h", "1d" — the
+-- first normally 0; its length is the number of attempts (1 to 32). Returns
+-- the PostgreSQL integer array literal "{0,5,300}" the engine stores, or nil
+-- and a message saying what is wrong.
+function crier.parse_retry(schedule)
+    if type(schedule) ~= "table" or not json.is_array(schedule) or #schedule == 0 then
+        return nil, "retry must be a non-empty list of delays such as { 0, \"5s\", \"5m\", \"30m\" }"
+    end
+    if #schedule > 32 then
+        return nil, "retry has " .. #schedule .. " attempts; the limit is 32"
+    end
+    local out = {}
+    for i, v in ipairs(schedule) do
+        local seconds
+        if type(v) == "number" then
+            seconds = v
+        elseif type(v) == "string" then
+            local n, unit = match(v, "^(%d+%.?%d*)([smhd]?)$")
+            if n then
+                seconds = tonumber(n) * duration_units[unit ~= "" and unit or "s"]
+            end
+        end
+        if type(seconds) ~= "number" or seconds ~= seconds or seconds < 0 or seconds > 30 * 86400 then
+            return nil, format("retry[%d] must be a delay from 0 to 30 days (a number of seconds or a string "
+                .. "like \"5m\"), got %s", i, type(v) == "string" and format("%q", v) or tostring(v))
+        end
+        out[i] = format("%d", math.floor(seconds + 0.5))
+    end
+    return "{" .. concat(out, ",") .. "}"
+end
+
+-- Checks a { channel = schedule } table; returns { channel = literal }.
+local function parse_retry_by_channel(registry, at, what, spec)
+    local literals = {}
+    if type(spec) ~= "table" or json.is_array(spec) then
+        problem(registry, at, what .. ": retry must be a table { webhook = { 0, \"5s\", ... }, ... }")
+        return literals
+    end
+    for _, channel in ipairs(sorted_keys(spec)) do
+        if not crier.channel_kinds[channel] then
+            problem(registry, at, format("%s: retry names unknown channel %s (known: %s)", what,
+                tostring(channel), concat(sorted_keys(crier.channel_kinds), ", ")))
+        else
+            local literal, err = crier.parse_retry(spec[channel])
+            if literal then
+                literals[channel] = literal
+            else
+                problem(registry, at, format("%s: %s.%s", what, channel, err))
+            end
+        end
+    end
+    return literals
+end
+
+-- crier.retry { webhook = { 0, "5s", "5m", ... }, email = { ... } }: the retry
+-- schedule per channel for every rule of this rules directory (an event type's
+-- retry and a rule's channel block override it).
+function crier.retry(spec)
+    local registry = loading_registry("crier.retry")
+    local at = where(2)
+    for channel, literal in pairs(parse_retry_by_channel(registry, at, "crier.retry", spec)) do
+        registry.retry[channel] = literal
+    end
+end
+
+---------------------------------------------------------------------------
 -- Event types
 
 -- Payload field types a schema may name; a trailing "?" makes a field optional.
@@ -106,7 +182,7 @@ crier.payload_types = {
     string = true, number = true, integer = true, boolean = true, table = true, array = true,
 }
 
-local event_type_fields = { description = true, payload = true }
+local event_type_fields = { description = true, payload = true, retry = true }
 
 -- crier.event_type(name) { description = "...", payload = { field = "type" } }
 -- Declares an event type in the generation being loaded. payload maps each
@@ -163,6 +239,7 @@ function crier.event_type(name)
             where = at,
             description = spec.description,
             fields = fields,
+            retry = spec.retry ~= nil and parse_retry_by_channel(registry, at, what, spec.retry) or {},
         }
         registry.event_type_order[#registry.event_type_order + 1] = name
     end
@@ -171,8 +248,8 @@ end
 ---------------------------------------------------------------------------
 -- Channels
 
--- Default webhook body when a rule gives none.
-local function default_webhook_body(event, recipient)
+-- Default webhook (and Kafka) body when a rule gives none.
+local function default_body(event, recipient)
     return {
         event_id = event.id,
         type = event.type,
@@ -183,17 +260,153 @@ local function default_webhook_body(event, recipient)
     }
 end
 
+local function template_context(event, recipient)
+    return setmetatable({ recipient = recipient, event = event }, { __index = event })
+end
+
+-- A field that is a template string (compiled at load) or a function(event,
+-- recipient); returns the compiled form to keep in the config.
+local function check_text_field(config, field, what, report, compile, opts, required)
+    local v = config[field]
+    if v == nil then
+        if required then
+            report(what .. "." .. field .. " is required")
+        end
+        return nil
+    end
+    if type(v) == "string" then
+        local fn, err = compile(v, opts, what .. "." .. field)
+        if not fn then
+            report(err)
+        end
+        return fn
+    elseif type(v) ~= "function" then
+        report(format("%s.%s must be a template string or a function(event, recipient), got %s", what, field,
+            type(v)))
+    end
+    return nil
+end
+
+-- Renders a text field: its compiled template, or its function's result.
+local function render_text_field(config, compiled, field, what, event, recipient, fail)
+    local v = config[field]
+    if v == nil then
+        return nil
+    end
+    local out, err
+    if compiled then
+        out, err = compiled(template_context(event, recipient))
+        if not out then
+            fail(err)
+        end
+    else
+        out = v(event, recipient)
+        if out ~= nil and type(out) ~= "string" then
+            fail(format("%s.%s returned %s; expected a string or nil", what, field, type(out)))
+        end
+    end
+    return out
+end
+
+-- JSON bodies (webhook, kafka): a function, a table or a JSON template string.
+local function check_json_body(config, what, report, compile)
+    local body = config.body
+    if type(body) == "string" then
+        -- A string body is a template rendered per recipient; inserted values
+        -- are escaped for JSON string literals.
+        local fn, err = compile(body, { json = true }, what .. ".body")
+        if not fn then
+            report(err)
+        end
+        return { body_template = fn }
+    elseif type(body) == "table" then
+        local text, err = json.encode(body)
+        if not text then
+            report(what .. ".body: " .. err)
+        end
+        return { body_text = text }
+    elseif body ~= nil and type(body) ~= "function" then
+        report(what .. ".body must be a function(event, recipient), a table or a template string, got "
+            .. type(body))
+    end
+    return {}
+end
+
+local function render_json_body(config, what, event, recipient, fail)
+    if config.body_text then
+        return config.body_text
+    end
+    local body, err
+    if config.body_template then
+        body, err = config.body_template(template_context(event, recipient))
+        if not body then
+            fail(err)
+        end
+    else
+        body = (config.body or default_body)(event, recipient)
+    end
+    if type(body) == "table" then
+        body, err = json.encode(body)
+        if not body then
+            fail(what .. ".body: " .. err)
+        end
+    elseif type(body) == "string" then
+        local ok
+        ok, err = json.decode(body)
+        if ok == nil then
+            fail(what .. ".body is not valid JSON: " .. err)
+        end
+    else
+        fail(what .. ".body returned " .. type(body) .. "; expected a table or a JSON string")
+    end
+    return body
+end
+
+-- A channel block's own retry schedule (overrides the event type's and crier.retry's).
+local function check_retry(config, what, report)
+    if config.retry == nil then
+        return nil
+    end
+    local literal, err = crier.parse_retry(config.retry)
+    if not literal then
+        report(what .. "." .. err)
+    end
+    return literal
+end
+
+-- Webhook secrets: "whsec_…", or a list of them while a secret is rotated
+-- (each signs; the receiver accepts any). Returns the space-separated form.
+local function secrets_text(v)
+    if type(v) == "table" then
+        if not json.is_array(v) then
+            return nil, "must be a string or a list of strings"
+        end
+        for i, s in ipairs(v) do
+            if type(s) ~= "string" or s == "" or find(s, "%s") then
+                return nil, format("[%d] must be a non-empty string without spaces", i)
+            end
+        end
+        return #v > 0 and concat(v, " ") or nil
+    end
+    if v == "" then
+        return nil
+    end
+    return v
+end
+
+local email_address_pattern = "^[^%s@<>\"(),;:\\%[%]]+@[^%s@<>\"(),;:\\%[%]]+$"
+
 -- Channel kinds a rule may route to. Each is name -> {
 --   fields  = set of config keys allowed in the rule's <name> = { ... } block,
 --   check   = function(config, report, compile) at load: reports problems
 --             through report("<name>.<field> ..."), may compile templates with
---             compile(source, opts), returns extra config fields to keep,
+--             compile(source, opts, name), returns extra config fields to keep,
 --   deliver = function(config, event, recipient, fail) while planning:
---             returns one delivery table { channel = name, ... } or calls
---             fail(msg), which raises a rule error. }
+--             returns one delivery table { channel = name, target = ..., body =
+--             ..., ... } or calls fail(msg), which raises a rule error. }
 crier.channel_kinds = {
     webhook = {
-        fields = { url = true, secret = true, body = true },
+        fields = { url = true, secret = true, body = true, retry = true },
         check = function(config, report, compile)
             if config.url == nil then
                 report("webhook.url is required")
@@ -205,29 +418,16 @@ crier.channel_kinds = {
                 report("webhook.url must be a string or a function(event, recipient), got " .. type(config.url))
             end
             local secret = config.secret
-            if secret ~= nil and type(secret) ~= "string" and type(secret) ~= "function" then
-                report("webhook.secret must be a string, nil or a function(event, recipient), got " .. type(secret))
-            end
-            local body = config.body
-            if type(body) == "string" then
-                -- A string body is a template rendered per recipient; inserted
-                -- values are escaped for JSON string literals.
-                local fn, err = compile(body, { json = true })
-                if not fn then
-                    report(err)
+            if secret ~= nil and type(secret) ~= "function" then
+                local _, err = secrets_text(secret)
+                if err or (type(secret) ~= "string" and type(secret) ~= "table") then
+                    report("webhook.secret must be a string, a list of strings (while rotating), nil or a "
+                        .. "function(event, recipient)" .. (err and (": " .. err) or ""))
                 end
-                return { body_template = fn }
-            elseif type(body) == "table" then
-                local text, err = json.encode(body)
-                if not text then
-                    report("webhook.body: " .. err)
-                end
-                return { body_text = text }
-            elseif body ~= nil and type(body) ~= "function" then
-                report("webhook.body must be a function(event, recipient), a table or a template string, got "
-                    .. type(body))
             end
-            return {}
+            local extra = check_json_body(config, "webhook", report, compile)
+            extra.retry_literal = check_retry(config, "webhook", report)
+            return extra
         end,
         deliver = function(config, event, recipient, fail)
             local url = config.url
@@ -241,43 +441,92 @@ crier.channel_kinds = {
             local secret = config.secret
             if type(secret) == "function" then
                 secret = secret(event, recipient)
-                if secret ~= nil and type(secret) ~= "string" then
-                    fail("webhook.secret returned " .. type(secret) .. "; expected a string or nil")
+            end
+            local text, err = secrets_text(secret)
+            if err or (secret ~= nil and type(secret) ~= "string" and type(secret) ~= "table") then
+                fail("webhook.secret returned " .. type(secret) .. (err and (" that " .. err) or "")
+                    .. "; expected a string, a list of strings or nil")
+            end
+            local body = render_json_body(config, "webhook", event, recipient, fail)
+            return { channel = "webhook", target = url, url = url, body = body, secret = text,
+                     retry_literal = config.retry_literal }
+        end,
+    },
+
+    email = {
+        fields = { to = true, from = true, subject = true, text = true, html = true, retry = true },
+        check = function(config, report, compile)
+            local extra = {}
+            if config.to ~= nil and type(config.to) ~= "string" and type(config.to) ~= "function" then
+                report("email.to must be a template string or a function(event, recipient), got " .. type(config.to))
+            end
+            extra.to_template = type(config.to) == "string"
+                and check_text_field(config, "to", "email", report, compile, {}) or nil
+            local from = config.from
+            if from ~= nil and (type(from) ~= "string" or not find(from, email_address_pattern)) then
+                report("email.from must be an address like \"billing@example.com\", got "
+                    .. (type(config.from) == "string" and format("%q", config.from) or type(config.from)))
+            end
+            extra.subject_template = check_text_field(config, "subject", "email", report, compile, {}, true)
+            extra.text_template = check_text_field(config, "text", "email", report, compile, {})
+            extra.html_template = check_text_field(config, "html", "email", report, compile, { html = true })
+            if config.text == nil and config.html == nil then
+                report("email needs a text or an html body (or both)")
+            end
+            extra.retry_literal = check_retry(config, "email", report)
+            return extra
+        end,
+        deliver = function(config, event, recipient, fail)
+            local to
+            if config.to == nil then
+                to = recipient.email
+                if to == nil then
+                    fail(format("recipient %q has no email and the rule's email block gives no to", recipient.id))
                 end
-            end
-            if secret == "" then
-                secret = nil
-            end
-            local body, err
-            if config.body_text then
-                body = config.body_text
             else
-                if config.body_template then
-                    local ctx = setmetatable({ recipient = recipient, event = event }, { __index = event })
-                    body, err = config.body_template(ctx)
-                    if not body then
-                        fail(err)
-                    end
-                else
-                    local fn = config.body or default_webhook_body
-                    body = fn(event, recipient)
-                end
-                if type(body) == "table" then
-                    body, err = json.encode(body)
-                    if not body then
-                        fail("webhook.body: " .. err)
-                    end
-                elseif type(body) == "string" then
-                    local ok
-                    ok, err = json.decode(body)
-                    if ok == nil then
-                        fail("webhook.body is not valid JSON: " .. err)
-                    end
-                else
-                    fail("webhook.body returned " .. type(body) .. "; expected a table or a JSON string")
-                end
+                to = render_text_field(config, config.to_template, "to", "email", event, recipient, fail)
             end
-            return { channel = "webhook", url = url, body = body, secret = secret }
+            if type(to) ~= "string" or not find(to, email_address_pattern) then
+                fail(format("email.to for recipient %q is not an address: %s", recipient.id,
+                    type(to) == "string" and format("%q", to) or type(to)))
+            end
+            local subject = render_text_field(config, config.subject_template, "subject", "email", event,
+                recipient, fail)
+            local text = render_text_field(config, config.text_template, "text", "email", event, recipient, fail)
+            local html = render_text_field(config, config.html_template, "html", "email", event, recipient, fail)
+            return { channel = "email", target = to, from = config.from, subject = subject or "",
+                     body = text or "", html = html, retry_literal = config.retry_literal }
+        end,
+    },
+
+    kafka = {
+        fields = { topic = true, body = true, retry = true },
+        check = function(config, report, compile)
+            if config.topic == nil then
+                report("kafka.topic is required")
+            elseif type(config.topic) == "string" then
+                if not find(config.topic, "^[%w%._%-]+$") or #config.topic > 249 then
+                    report("kafka.topic must be 1-249 letters, digits, '.', '_' or '-' (got "
+                        .. format("%q", config.topic) .. ")")
+                end
+            elseif type(config.topic) ~= "function" then
+                report("kafka.topic must be a string or a function(event, recipient), got " .. type(config.topic))
+            end
+            local extra = check_json_body(config, "kafka", report, compile)
+            extra.retry_literal = check_retry(config, "kafka", report)
+            return extra
+        end,
+        deliver = function(config, event, recipient, fail)
+            local topic = config.topic
+            if type(topic) == "function" then
+                topic = topic(event, recipient)
+            end
+            if type(topic) ~= "string" or not find(topic, "^[%w%._%-]+$") or #topic > 249 then
+                fail("kafka.topic " .. (type(topic) == "string" and format("%q", topic) or type(topic))
+                    .. " is not a topic name (1-249 letters, digits, '.', '_' or '-')")
+            end
+            local body = render_json_body(config, "kafka", event, recipient, fail)
+            return { channel = "kafka", target = topic, body = body, retry_literal = config.retry_literal }
         end,
     },
 }
@@ -375,8 +624,8 @@ function crier.rule(event_type)
                     report(format("%s must be a table, got %s", kind, type(config)))
                 else
                     check_fields(registry, at, what .. ": " .. kind, config, def.fields)
-                    local function compile(source, opts)
-                        opts.name = kind .. ".body"
+                    local function compile(source, opts, name)
+                        opts.name = name or (kind .. ".body")
                         return template.compile(source, opts)
                     end
                     local compiled = def.check(config, report, compile)

@@ -105,6 +105,18 @@ end
 -- Returns the generation, or nil and one "path:line: message" line per
 -- problem (syntax errors, errors raised by a file, bad declarations, rules for
 -- undeclared event types, missing settings). Malformed arguments raise.
+-- Event types the engine itself emits; rules may route them like any other
+-- (crier.rule "crier.endpoint.disabled" { ... }) without declaring them.
+local function declare_builtin_event_types()
+    crier.event_type "crier.endpoint.disabled" {
+        description = "a webhook endpoint failed for longer than the disable horizon and was disabled",
+        payload = {
+            endpoint_id = "integer", channel = "string", target = "string", failing_since = "string",
+            consecutive_failures = "integer", last_status = "integer?", last_error = "string?",
+        },
+    }
+end
+
 function runtime.new_generation(files, settings)
     if type(files) ~= "table" then
         error("runtime.new_generation: files must be an array of { path =, source = }", 2)
@@ -135,9 +147,17 @@ function runtime.new_generation(files, settings)
         rules = {},
         rule_order = {},
         problems = {},
+        retry = {},
     }
     local previous = crier._set_registry(registry)
-    local ok, err = xpcall(load_files, traceback, registry, files)
+    local ok, err = xpcall(declare_builtin_event_types, traceback)
+    for _, et in pairs(registry.event_types) do
+        et.builtin = true
+    end
+    registry.event_type_order = {}
+    if ok then
+        ok, err = xpcall(load_files, traceback, registry, files)
+    end
     crier._set_registry(previous)
     if not ok then
         error(err, 0)
@@ -338,7 +358,14 @@ local function deliveries_for(rule, event, recipient)
         end
         if not seen[name] then
             seen[name] = true
-            deliveries[#deliveries + 1] = kind.deliver(config, event, recipient, fail)
+            local d = kind.deliver(config, event, recipient, fail)
+            -- retry: the channel block's, else the event type's, else crier.retry's
+            if d.retry_literal == nil then
+                local registry = crier._registry()
+                local et = registry.event_types[event.type]
+                d.retry_literal = (et and et.retry[name]) or registry.retry[name]
+            end
+            deliveries[#deliveries + 1] = d
         end
     end
     return deliveries
@@ -441,11 +468,14 @@ function Generation:validate(type_name, payload_json)
     return true
 end
 
--- gen:event_types(): the declared event type names, sorted.
+-- gen:event_types(): the event type names the rules declare, sorted (the
+-- engine's own, such as crier.endpoint.disabled, are left out).
 function Generation:event_types()
     local names = {}
-    for name in pairs(self.registry.event_types) do
-        names[#names + 1] = name
+    for name, et in pairs(self.registry.event_types) do
+        if not et.builtin then
+            names[#names + 1] = name
+        end
     end
     sort(names)
     return names

@@ -89,8 +89,8 @@ describe("crier.runtime.new_generation", function()
                 .. "(declare it with crier.event_type \"ghost\" { ... })",
             "/rules/b.lua:1: unexpected symbol near '='",
             "/rules/c.lua:3: rule 'thing': unknown field 'webhok' (expected one of: channels, description, "
-                .. "discriminator, recipients, webhook)",
-            "/rules/c.lua:3: rule 'thing': unknown channel 'sms' (known: webhook)",
+                .. "discriminator, email, kafka, recipients, webhook)",
+            "/rules/c.lua:3: rule 'thing': unknown channel 'sms' (known: email, kafka, webhook)",
             "/rules/d.lua:1: plain failure",
             "/rules/e.lua: (error object is a table value)",
         }, lines)
@@ -274,9 +274,11 @@ describe("gen:plan", function()
         local plan = gen:plan(event("thing", { name = "x" }))
         assert.are.same({
             { recipient = "alice", deliveries = { { channel = "webhook", url = "http://hooks.test/x",
+                target = "http://hooks.test/x",
                 body = '{"entity_id":"e1","event_id":1,"payload":{"name":"x"},"recipient":"alice",'
                     .. '"tenant":"acme","type":"thing"}' } } },
             { recipient = "bob", deliveries = { { channel = "webhook", url = "http://hooks.test/x",
+                target = "http://hooks.test/x",
                 body = '{"entity_id":"e1","event_id":1,"payload":{"name":"x"},"recipient":"bob",'
                     .. '"tenant":"acme","type":"thing"}' } } },
         }, plan)

@@ -13,6 +13,8 @@ WORK="$CRIER_TEST_DIR/$TEST_NAME"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 PIDS=()
+# The receivers run on loopback, which webhooks refuse unless allowed.
+export CRIER_ALLOW_TARGETS=loopback
 
 cleanup() {
     local pid
@@ -104,4 +106,37 @@ for line in open(sys.argv[1]):
     if line:
         print(json.loads(line)["headers"].get("webhook-id", ""))
 ' "$RECEIVER_LOG"
+}
+
+# ping_serve NAME URL [crier serve args…]: starts `crier serve` on the delivery
+# tests' rules (tests/support/rules), sending pings to URL; sets SERVE_PID.
+ping_serve() {
+    local name=$1 url=$2
+    shift 2
+    "$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/tests/support/rules" --poll 0.2 --set "ping_url=$url" "$@" \
+        >"$WORK/$name.log" 2>&1 &
+    SERVE_PID=$!
+    PIDS+=("$SERVE_PID")
+}
+
+# stop_serve: SIGTERM to SERVE_PID and wait for it to exit.
+stop_serve() {
+    kill -TERM "$SERVE_PID" 2>/dev/null || true
+    wait "$SERVE_PID" 2>/dev/null || true
+}
+
+# ping ENTITY: emits one ping event.
+ping() {
+    sql "SELECT crier.emit('acme', 'ping', '$1')" >/dev/null
+}
+
+# delivery_of ENTITY COLUMN: a column of the ping's delivery.
+delivery_of() {
+    sql "SELECT d.$2 FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+         WHERE n.entity_id = '$1'"
+}
+
+# requests_at LOG: the number of requests a receiver logged.
+requests_at() {
+    grep -c . "$1" || true
 }

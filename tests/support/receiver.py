@@ -1,9 +1,16 @@
 #!/usr/bin/python3
 """A real local HTTP receiver for tests and benchmarks: logs every request as one
 JSON line (method, path, headers lower-cased, body) and answers with a status
-taken from --statuses (cycled per request; the last one repeats), after an
-optional --delay-ms. Writes the port it listens on to --port-file."""
+taken from --statuses (in order per request; the last one repeats), after an
+optional --delay-ms (or per-request --delays-ms), with an optional --body and
+Retry-After header. Writes the port it listens on to --port-file. With
+--secrets "whsec_a whsec_b", each log line also gets "verified_secrets": the
+1-based positions of the secrets whose Standard Webhooks signature is in the
+webhook-signature header, comma-separated ("" when none)."""
 import argparse
+import base64
+import hashlib
+import hmac
 import json
 import sys
 import threading
@@ -19,9 +26,34 @@ def main():
     ap.add_argument("--statuses", default="204",
                     help="comma-separated statuses, answered in order; the last repeats")
     ap.add_argument("--delay-ms", type=int, default=0)
+    ap.add_argument("--delays-ms", default=None,
+                    help="comma-separated delays per request, in order; the last repeats (overrides --delay-ms)")
+    ap.add_argument("--body", default="", help="response body sent with every answer")
+    ap.add_argument("--retry-after", default=None, help="Retry-After header value sent with every answer")
+    ap.add_argument("--secrets", default=None,
+                    help="whitespace-separated whsec_ secrets to verify webhook-signature against")
     args = ap.parse_args()
 
+    keys = []
+    for secret in (args.secrets or "").split():
+        b64 = secret[len("whsec_"):] if secret.startswith("whsec_") else secret
+        keys.append(base64.b64decode(b64 + "=" * (-len(b64) % 4), validate=True))
+
+    def verified(headers, body):
+        """Positions (1-based) of the secrets whose signature the request carries."""
+        msg = ("%s.%s." % (headers.get("webhook-id", ""),
+                           headers.get("webhook-timestamp", ""))).encode() + body
+        sent = headers.get("webhook-signature", "").split(" ")
+        ok = []
+        for i, key in enumerate(keys):
+            want = "v1," + base64.b64encode(hmac.new(key, msg, hashlib.sha256).digest()).decode()
+            if any(hmac.compare_digest(want, s) for s in sent):
+                ok.append(str(i + 1))
+        return ",".join(ok)
+
     statuses = [int(s) for s in args.statuses.split(",")]
+    delays = [int(s) for s in args.delays_ms.split(",")] if args.delays_ms else [args.delay_ms]
+    reply = args.body.encode()
     lock = threading.Lock()
     state = {"n": 0}
     log = open(args.log, "a", buffering=1)
@@ -34,20 +66,30 @@ def main():
 
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length).decode("utf-8", "replace")
+            raw = self.rfile.read(length)
+            body = raw.decode("utf-8", "replace")
+            headers = {k.lower(): v for k, v in self.headers.items()}
             with lock:
                 i = state["n"]
                 state["n"] += 1
                 status = statuses[min(i, len(statuses) - 1)]
-                log.write(json.dumps({
-                    "method": self.command, "path": self.path,
-                    "headers": {k.lower(): v for k, v in self.headers.items()},
-                    "body": body, "status": status, "t": time.time()}) + "\n")
-            if args.delay_ms:
-                time.sleep(args.delay_ms / 1000.0)
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+                delay = delays[min(i, len(delays) - 1)]
+                entry = {"method": self.command, "path": self.path, "headers": headers,
+                         "body": body, "status": status, "t": time.time()}
+                if keys:
+                    entry["verified_secrets"] = verified(headers, raw)
+                log.write(json.dumps(entry) + "\n")
+            if delay:
+                time.sleep(delay / 1000.0)
+            try:
+                self.send_response(status)
+                if args.retry_after is not None:
+                    self.send_header("Retry-After", args.retry_after)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout): nothing to answer
 
         do_PUT = do_POST
 

@@ -125,7 +125,7 @@ static void test_examples(void)
         CHECK(r->discriminator == NULL);
         CHECK(r->n_deliveries == 1);
         CHECK(strcmp(d->channel, "webhook") == 0);
-        CHECK(strcmp(d->url, "http://hooks.test/billing") == 0);
+        CHECK(strcmp(d->target, "http://hooks.test/billing") == 0);
         CHECK(d->secret && strcmp(d->secret, "whsec_c2VjcmV0") == 0);
         CHECK(d->body_len == strlen(d->body));
         CHECK_CONTAINS(d->body, "\"text\":\"Invoice inv_1 for 12.50 EUR was issued\"");
@@ -197,7 +197,7 @@ static void test_examples(void)
         CHECK(crier_rules_plan(plain, &ev, &plan, err, sizeof err) == CRIER_PLAN_OK);
         CHECK(plan.n_deliveries == 3);
         if (plan.n_deliveries == 3) {
-            CHECK(strcmp(plan.deliveries[0].url, "http://127.0.0.1:8080/hooks/billing") == 0);
+            CHECK(strcmp(plan.deliveries[0].target, "http://127.0.0.1:8080/hooks/billing") == 0);
             CHECK(plan.deliveries[0].secret == NULL);
         }
     }

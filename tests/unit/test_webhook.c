@@ -1,8 +1,12 @@
 /* test_webhook.c — tests the webhook sender against real local HTTP servers:
- * tests/support/receiver.py (statuses, headers, bodies, timeouts, throughput)
- * and a tiny forked raw-socket server for responses receiver.py cannot give
- * (Retry-After, long bodies, a stalled body). Also checks crier_webhook_sign
- * against the Standard Webhooks test vector. */
+ * tests/support/receiver.py (statuses, headers, bodies, timeouts, throughput,
+ * signatures verified by the receiver for several secrets) and a tiny forked
+ * raw-socket server for responses receiver.py cannot give (Retry-After, long
+ * bodies, a stalled body, a redirect). Also checks crier_webhook_sign against
+ * the Standard Webhooks test vector and independently computed HMACs, the SSRF
+ * guard at connect time (default options refuse 127.0.0.1 and nothing reaches
+ * the server) and the body size limit. The servers listen on 127.0.0.1, so
+ * every sender that must reach them allows loopback targets explicitly. */
 #define _GNU_SOURCE /* strcasestr */
 
 #include "log.h"
@@ -13,7 +17,11 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +39,9 @@
 
 #define MAX_OUTCOMES 4096
 
+/* Options of every sender that talks to the local test servers. */
+static const crier_webhook_options loopback_opts = {.allow_targets = CRIER_TARGET_ALLOW_LOOPBACK};
+
 /* What the done callback saw for one delivery id. */
 typedef struct {
     int calls;
@@ -41,6 +52,7 @@ typedef struct {
     char excerpt[256];
     double duration_ms;
     long retry_after_s;
+    int refused;
 } outcome;
 
 typedef struct {
@@ -90,6 +102,7 @@ static void on_done(void *ud, const crier_webhook_result *r)
     snprintf(o->excerpt, sizeof o->excerpt, "%s", r->response_excerpt ? r->response_excerpt : "");
     o->duration_ms = r->duration_ms;
     o->retry_after_s = r->retry_after_s;
+    o->refused = r->refused;
     c->completed++;
     if (c->free_in_done) {
         c->free_in_done = 0;
@@ -151,11 +164,11 @@ typedef struct {
 } receiver;
 
 static int receiver_start(receiver *r, const char *dir, const char *name, const char *statuses,
-                          const char *delay_ms)
+                          const char *delay_ms, const char *secrets)
 {
     const char *src = getenv("CRIER_SOURCE_DIR");
     char script[1024], port_file[512];
-    const char *argv[12];
+    const char *argv[14];
     int argc = 0;
 
     if (!src || !*src)
@@ -176,6 +189,10 @@ static int receiver_start(receiver *r, const char *dir, const char *name, const 
     if (delay_ms) {
         argv[argc++] = "--delay-ms";
         argv[argc++] = delay_ms;
+    }
+    if (secrets) {
+        argv[argc++] = "--secrets";
+        argv[argc++] = secrets;
     }
     argv[argc] = NULL;
 
@@ -292,6 +309,11 @@ static void raw_serve_one(int c)
                 break;
             sent += w;
         }
+    } else if (strncmp(req, "POST /redirect ", 15) == 0) {
+        snprintf(resp, sizeof resp,
+                 "HTTP/1.1 302 Found\r\nLocation: /excerpt\r\n"
+                 "Content-Length: 0\r\nConnection: close\r\n\r\n");
+        raw_write_all(c, resp, strlen(resp));
     } else if (strncmp(req, "POST /stall ", 12) == 0) {
         snprintf(resp, sizeof resp,
                  "HTTP/1.1 202 Accepted\r\nContent-Length: 100\r\n"
@@ -515,11 +537,11 @@ static void test_batch(const char *dir)
     char *line = NULL;
     size_t cap = 0;
 
-    CHECK(receiver_start(&r, dir, "batch", "500,204", NULL) == 0);
+    CHECK(receiver_start(&r, dir, "batch", "500,204", NULL, NULL) == 0);
     if (!r.port)
         return;
     reset_ctx(&ctx);
-    ctx.sender = crier_webhook_sender_new(ctx.loop, NULL, on_done, &ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/hook?x=1", r.port);
     for (i = 0; i < BATCH; i++) {
         bodies[i] = batch_body(i);
@@ -612,13 +634,14 @@ static void test_timeout_and_limits(const char *dir)
     char url[128];
     int i;
 
-    CHECK(receiver_start(&r, dir, "slow", "200", "3000") == 0);
+    CHECK(receiver_start(&r, dir, "slow", "200", "3000", NULL) == 0);
     if (!r.port)
         return;
     snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", r.port);
 
     /* A total timeout shorter than the receiver's delay. */
     reset_ctx(&ctx);
+    opts.allow_targets = CRIER_TARGET_ALLOW_LOOPBACK;
     opts.connect_timeout_ms = 1000;
     opts.total_timeout_ms = 500;
     ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
@@ -676,7 +699,7 @@ static void test_refused(void)
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
 
     reset_ctx(&ctx);
-    ctx.sender = crier_webhook_sender_new(ctx.loop, NULL, on_done, &ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
     memset(&req, 0, sizeof req);
     req.url = url;
     req.body = "{}";
@@ -696,12 +719,13 @@ static void test_refused(void)
         CHECK(ctx.out[i].timed_out == 0);
         CHECK(ctx.out[i].status == 0);
         CHECK(ctx.out[i].retry_after_s == -1);
+        CHECK(ctx.out[i].refused == 0); /* the connection was tried: not the guard */
     }
     crier_webhook_sender_free(ctx.sender);
 
     /* Freeing the sender from inside done stops further callbacks. */
     reset_ctx(&ctx);
-    ctx.sender = crier_webhook_sender_new(ctx.loop, NULL, on_done, &ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
     ctx.free_in_done = 1;
     for (i = 0; i < 3; i++) {
         req.delivery_id = i;
@@ -716,7 +740,7 @@ static void test_raw_responses(void)
 {
     crier_webhook_options opts = {0};
     crier_webhook_request req;
-    const char *paths[] = {"/ra-int", "/ra-date", "/excerpt", "/big"};
+    const char *paths[] = {"/ra-int", "/ra-date", "/excerpt", "/big", "/redirect"};
     char url[128];
     int port = 0, i;
     pid_t pid = raw_server_start(&port);
@@ -725,6 +749,7 @@ static void test_raw_responses(void)
     if (pid <= 0)
         return;
     reset_ctx(&ctx);
+    opts.allow_targets = CRIER_TARGET_ALLOW_LOOPBACK;
     opts.max_response_bytes = 16;
     opts.total_timeout_ms = 1000;
     ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
@@ -732,14 +757,14 @@ static void test_raw_responses(void)
     req.body = "{\"a\":1}";
     req.body_len = 7;
     req.webhook_id = "msg_raw";
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < 5; i++) {
         snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, paths[i]);
         req.url = url;
         req.delivery_id = i;
         CHECK(send_req(&ctx, &req) == 0);
     }
-    run_loop(&ctx, 4, 10.0);
-    CHECK(ctx.completed == 4);
+    run_loop(&ctx, 5, 10.0);
+    CHECK(ctx.completed == 5);
     /* Retry-After in seconds. */
     CHECK(ctx.out[0].status == 429 && !ctx.out[0].has_error);
     CHECK(ctx.out[0].retry_after_s == 120);
@@ -753,6 +778,9 @@ static void test_raw_responses(void)
     CHECK(ctx.out[3].status == 200 && !ctx.out[3].has_error);
     CHECK(strcmp(ctx.out[3].excerpt, "zzzzzzzzzzzzzzzz") == 0);
     CHECK(ctx.out[3].retry_after_s == -1);
+    /* A redirect is not followed: the 302 is the answer. */
+    CHECK(ctx.out[4].status == 302 && !ctx.out[4].has_error);
+    CHECK(ctx.out[4].excerpt[0] == '\0');
 
     /* Status line arrives, body stalls past the total timeout: the status is
      * the receiver's answer, so it is reported without an error. */
@@ -806,11 +834,12 @@ static void test_throughput(const char *dir)
     FILE *f;
     char buf[4096];
 
-    CHECK(receiver_start(&r, dir, "bench", "204", NULL) == 0);
+    CHECK(receiver_start(&r, dir, "bench", "204", NULL, NULL) == 0);
     if (!r.port)
         return;
     snprintf(url, sizeof url, "http://127.0.0.1:%d/bench", r.port);
     reset_ctx(&ctx);
+    opts.allow_targets = CRIER_TARGET_ALLOW_LOOPBACK;
     opts.max_inflight = window;
     ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
     ctx.bench_total = total;
@@ -836,6 +865,448 @@ static void test_throughput(const char *dir)
     receiver_stop(&r);
 }
 
+/* ---- several secrets, the SSRF guard, the body limit ---------------------- */
+
+#define SECOND_SECRET "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
+/* The Standard Webhooks signature of (id, ts, body) under a "whsec_" secret,
+ * computed independently of webhook.c: OpenSSL's base64 and one-shot HMAC. */
+static void expected_sig(const char *whsec, const char *id, long long ts, const char *body,
+                         size_t body_len, char out[64])
+{
+    const char *b64 = whsec + 6;
+    size_t b64_len = strlen(b64), msg_len;
+    unsigned char key[128], mac[EVP_MAX_MD_SIZE];
+    unsigned int mac_len = 0;
+    int key_len = EVP_DecodeBlock(key, (const unsigned char *)b64, (int)b64_len);
+    char *msg = malloc(strlen(id) + 48 + body_len);
+
+    if (!msg)
+        abort();
+    while (b64_len > 0 && b64[b64_len - 1] == '=') { /* DecodeBlock counts padding as zero bytes */
+        b64_len--;
+        key_len--;
+    }
+    msg_len = (size_t)sprintf(msg, "%s.%lld.", id, ts);
+    memcpy(msg + msg_len, body, body_len);
+    msg_len += body_len;
+    if (key_len <= 0 || !HMAC(EVP_sha256(), key, key_len, (unsigned char *)msg, msg_len, mac, &mac_len) ||
+        mac_len != 32) {
+        fprintf(stderr, "expected_sig: HMAC failed\n");
+        check_failures++;
+        out[0] = '\0';
+    } else {
+        memcpy(out, "v1,", 3);
+        EVP_EncodeBlock((unsigned char *)out + 3, mac, 32);
+    }
+    free(msg);
+}
+
+/* Calls crier_webhook_send with stderr captured into buf (the warnings it logs). */
+static int send_capturing_log(test_ctx *c, const crier_webhook_request *req, const char *dir, char *buf,
+                              size_t buf_len)
+{
+    char path[600];
+    int saved, fd, rc;
+    FILE *f;
+    size_t n = 0;
+
+    snprintf(path, sizeof path, "%s/stderr.txt", dir);
+    crier_log_set_level(CRIER_LOG_WARN);
+    fflush(stderr);
+    saved = dup(2);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    rc = send_req(c, req);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    crier_log_set_level(CRIER_LOG_INFO);
+    crier_log_init_from_env();
+    buf[0] = '\0';
+    f = fopen(path, "r");
+    if (f) {
+        n = fread(buf, 1, buf_len - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return rc;
+}
+
+static void test_sign_all(const char *dir)
+{
+    char out[CRIER_WEBHOOK_SIGNATURES_LEN], a[64], b[64], want[2 * 64], list[1024];
+    const char *body = "{\"test\": 2432232314}";
+    int bad = -5, i;
+
+    /* One secret: the Standard Webhooks test vector. */
+    CHECK(crier_webhook_sign_all(TEST_SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, 20, out,
+                                 sizeof out, &bad) == 1);
+    CHECK_STR(out, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    CHECK(bad == 0);
+
+    /* Two secrets, in order, checked against OpenSSL directly. */
+    expected_sig(TEST_SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, 20, a);
+    expected_sig(SECOND_SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, 20, b);
+    CHECK_STR(a, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    snprintf(want, sizeof want, "%s %s", a, b);
+    CHECK(crier_webhook_sign_all(TEST_SECRET " " SECOND_SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+                                 body, 20, out, sizeof out, &bad) == 2);
+    CHECK_STR(out, want);
+    /* Any whitespace run separates; leading and trailing blanks are ignored. */
+    CHECK(crier_webhook_sign_all(" \t" TEST_SECRET "\n\t  " SECOND_SECRET "  \n", "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                                 1614265330, body, 20, out, sizeof out, &bad) == 2);
+    CHECK_STR(out, want);
+    snprintf(want, sizeof want, "%s %s", b, a);
+    CHECK(crier_webhook_sign_all(SECOND_SECRET " " TEST_SECRET, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+                                 body, 20, out, sizeof out, &bad) == 2);
+    CHECK_STR(out, want);
+
+    /* Unusable secrets: their 1-based position comes back. */
+    CHECK(crier_webhook_sign_all(TEST_SECRET " whsec_not*base64", "id", 1, "{}", 2, out, sizeof out, &bad) == -1);
+    CHECK(bad == 2 && out[0] == '\0');
+    CHECK(crier_webhook_sign_all("whsec_!!! " TEST_SECRET, "id", 1, "{}", 2, out, sizeof out, &bad) == -1);
+    CHECK(bad == 1);
+    CHECK(crier_webhook_sign_all(TEST_SECRET " whsec_", "id", 1, "{}", 2, out, sizeof out, &bad) == -1);
+    CHECK(bad == 2);
+    CHECK(crier_webhook_sign_all(TEST_SECRET " " SECOND_SECRET " rawkey", "id", 1, "{}", 2, out, sizeof out,
+                                 &bad) == -1);
+    CHECK(bad == 3);
+    CHECK(crier_webhook_sign_all("whsec_QUJD=", "id", 1, "{}", 2, out, sizeof out, &bad) == -1);
+    CHECK(bad == 1);
+    /* Up to CRIER_WEBHOOK_MAX_SECRETS, and the buffer bound holds. */
+    list[0] = '\0';
+    for (i = 0; i < CRIER_WEBHOOK_MAX_SECRETS; i++)
+        strcat(strcat(list, i ? " " : ""), i % 2 ? SECOND_SECRET : TEST_SECRET);
+    CHECK(crier_webhook_sign_all(list, "id", 1, "{}", 2, out, sizeof out, &bad) == CRIER_WEBHOOK_MAX_SECRETS);
+    CHECK(strlen(out) == CRIER_WEBHOOK_SIGNATURES_LEN - 1);
+    strcat(list, " " TEST_SECRET);
+    CHECK(crier_webhook_sign_all(list, "id", 1, "{}", 2, out, sizeof out, &bad) == -1);
+    CHECK(bad == 0);
+    CHECK(crier_webhook_sign_all(TEST_SECRET " " SECOND_SECRET, "id", 1, "{}", 2, out, 60, &bad) == -1);
+    CHECK(bad == 0);
+    CHECK(crier_webhook_sign_all(NULL, "id", 1, "{}", 2, out, sizeof out, &bad) == -1);
+    /* A string without the prefix stays one raw key, blanks included. */
+    CHECK(crier_webhook_sign_all("ABCD", "id", 1, "{}", 2, out, sizeof out, NULL) == 1);
+    CHECK(crier_webhook_sign("whsec_QUJDRA==", "id", 1, "{}", 2, a, sizeof a) == 0);
+    CHECK_STR(out, a);
+    CHECK(crier_webhook_sign_all("my raw key", "id", 1, "{}", 2, out, sizeof out, NULL) == 1);
+    CHECK(crier_webhook_sign("my raw key", "id", 1, "{}", 2, a, sizeof a) == 0);
+    CHECK_STR(out, a);
+
+    /* crier_webhook_send refuses a list with a bad secret and logs its
+     * position, never a secret. */
+    {
+        crier_webhook_request req;
+        char log[4096];
+
+        reset_ctx(&ctx);
+        ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
+        memset(&req, 0, sizeof req);
+        req.url = "http://127.0.0.1:1/";
+        req.body = "{}";
+        req.body_len = 2;
+        req.webhook_id = "msg_bad_secret";
+        req.secret = TEST_SECRET " whsec_SECRETVALUE*";
+        CHECK(send_capturing_log(&ctx, &req, dir, log, sizeof log) == -1);
+        CHECK(strstr(log, "secret 2 of the list is not usable") != NULL);
+        CHECK(strstr(log, "SECRETVALUE") == NULL);
+        CHECK(strstr(log, "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") == NULL);
+        CHECK(crier_webhook_inflight(ctx.sender) == 0);
+        crier_webhook_sender_free(ctx.sender);
+    }
+}
+
+/* Two secrets during a rotation: the receiver verifies every signature itself
+ * (receiver.py --secrets, Python's hmac), and the header is compared exactly
+ * with HMACs computed here through OpenSSL. */
+static void test_two_secrets(const char *dir)
+{
+    static const struct {
+        const char *secret;
+        const char *first, *second; /* expected order in the header */
+        const char *verified;       /* what receiver.py reports */
+    } cases[] = {
+        {TEST_SECRET " " SECOND_SECRET, TEST_SECRET, SECOND_SECRET, "1,2"},
+        {" \t" SECOND_SECRET "\n  " TEST_SECRET " ", SECOND_SECRET, TEST_SECRET, "1,2"},
+        {TEST_SECRET, TEST_SECRET, NULL, "1"},
+        {SECOND_SECRET, SECOND_SECRET, NULL, "2"},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    receiver r = {0};
+    crier_webhook_request req;
+    char url[128], id[64], body[64];
+    int i, lines = 0;
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+
+    CHECK(receiver_start(&r, dir, "rotation", "204", NULL, TEST_SECRET " " SECOND_SECRET) == 0);
+    if (!r.port)
+        return;
+    reset_ctx(&ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/rotation", r.port);
+    for (i = 0; i < N; i++) {
+        memset(&req, 0, sizeof req);
+        snprintf(id, sizeof id, "msg_rotation_%d", i);
+        snprintf(body, sizeof body, "{\"n\":%d,\"s\":\"h\xc3\xa9\"}", i);
+        req.delivery_id = i;
+        req.url = url;
+        req.body = body;
+        req.body_len = strlen(body);
+        req.webhook_id = id;
+        req.secret = cases[i].secret;
+        req.timestamp = 1700000100 + i;
+        CHECK(send_req(&ctx, &req) == 0);
+    }
+    run_loop(&ctx, N, 10.0);
+    CHECK(ctx.completed == N);
+    for (i = 0; i < N; i++)
+        CHECK(ctx.out[i].calls == 1 && ctx.out[i].status == 204 && !ctx.out[i].has_error);
+
+    f = fopen(r.log_path, "r");
+    CHECK(f != NULL);
+    while (f && getline(&line, &cap, f) > 0) {
+        char *hid = json_get(line, "webhook-id"), *sig = json_get(line, "webhook-signature");
+        char *ts = json_get(line, "webhook-timestamp"), *got = json_get(line, "body");
+        char *verified = json_get(line, "verified_secrets");
+        char a[64], b[64], want[160];
+        int k = -1;
+
+        lines++;
+        CHECK(hid && sscanf(hid, "msg_rotation_%d", &k) == 1 && k >= 0 && k < N);
+        if (hid && got && ts && k >= 0 && k < N) {
+            CHECK(atoll(ts) == 1700000100LL + k);
+            expected_sig(cases[k].first, hid, atoll(ts), got, strlen(got), a);
+            if (cases[k].second) {
+                expected_sig(cases[k].second, hid, atoll(ts), got, strlen(got), b);
+                snprintf(want, sizeof want, "%s %s", a, b);
+            } else {
+                snprintf(want, sizeof want, "%s", a);
+            }
+            CHECK_STR(sig, want);
+            CHECK_STR(verified, cases[k].verified);
+        }
+        free(hid), free(sig), free(ts), free(got), free(verified);
+    }
+    CHECK(lines == N);
+    free(line);
+    if (f)
+        fclose(f);
+    crier_webhook_sender_free(ctx.sender);
+    receiver_stop(&r);
+}
+
+/* True when a connection is waiting on the listening socket fd. */
+static int connection_pending(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+
+    return poll(&p, 1, 0) > 0;
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static void test_guard(const char *dir)
+{
+    static const struct {
+        const char *url;   /* %d: the port of a listener that never accepts */
+        unsigned allow;
+        const char *error; /* expected in the result's error, after "refused: " */
+    } cases[] = {
+        {"http://127.0.0.1:%d/", 0,
+         "refused: 127.0.0.1 is a loopback address; allow it with --allow-targets loopback"},
+        {"http://127.0.0.1:%d/", CRIER_TARGET_ALLOW_PRIVATE | CRIER_TARGET_ALLOW_LINK_LOCAL,
+         "refused: 127.0.0.1 is a loopback address; allow it with --allow-targets loopback"},
+        {"https://127.0.0.1:%d/", 0,
+         "refused: 127.0.0.1 is a loopback address; allow it with --allow-targets loopback"},
+        {"http://127.1:%d/", 0, "refused: 127.0.0.1 is a loopback address"},
+        {"http://2130706433:%d/", 0, "refused: 127.0.0.1 is a loopback address"},
+        /* localhost: ::1 or 127.0.0.1, whichever curl tries first */
+        {"http://localhost:%d/", CRIER_TARGET_ALLOW_PRIVATE,
+         " is a loopback address; allow it with --allow-targets loopback"},
+        {"http://[::1]:%d/", 0, "refused: ::1 is a loopback address; allow it with --allow-targets loopback"},
+        {"http://[::ffff:127.0.0.1]:%d/", 0,
+         "refused: ::ffff:127.0.0.1 is a loopback address; allow it with --allow-targets loopback"},
+        {"http://0.0.0.0:%d/", 7, "refused: 0.0.0.0 is a special-purpose address, never allowed"},
+        {"http://[::]:%d/", 7, "refused: :: is a special-purpose address, never allowed"},
+        {"http://169.254.169.254:%d/latest/meta-data/", CRIER_TARGET_ALLOW_LOOPBACK | CRIER_TARGET_ALLOW_PRIVATE,
+         "refused: 169.254.169.254 is a link-local address; allow it with --allow-targets link-local"},
+        {"http://10.255.255.1:%d/", CRIER_TARGET_ALLOW_LOOPBACK,
+         "refused: 10.255.255.1 is a private address; allow it with --allow-targets private"},
+    };
+    receiver r = {0};
+    crier_webhook_options opts = {0};
+    crier_webhook_request req;
+    char url[160];
+    int lport = 0, lfd = listen_local(&lport);
+    size_t i;
+
+    CHECK(lfd >= 0);
+    CHECK(receiver_start(&r, dir, "guard", "204", NULL, NULL) == 0);
+    if (!r.port || lfd < 0)
+        return;
+
+    /* Default options: the receiver on 127.0.0.1 is refused, and nothing
+     * reaches it. */
+    reset_ctx(&ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, NULL, on_done, &ctx);
+    memset(&req, 0, sizeof req);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", r.port);
+    req.url = url;
+    req.body = "{\"secret\":\"data\"}";
+    req.body_len = strlen(req.body);
+    req.webhook_id = "msg_guard";
+    req.secret = TEST_SECRET;
+    CHECK(send_req(&ctx, &req) == 0);
+    CHECK(ctx.completed == 0);
+    run_loop(&ctx, 1, 5.0);
+    CHECK(ctx.completed == 1);
+    CHECK(ctx.reentrant_calls == 0);
+    CHECK(ctx.out[0].calls == 1);
+    CHECK(ctx.out[0].refused == 1);
+    CHECK(ctx.out[0].status == 0);
+    CHECK(ctx.out[0].timed_out == 0);
+    CHECK(ctx.out[0].retry_after_s == -1);
+    CHECK(ctx.out[0].duration_ms < 1000.0);
+    CHECK_STR(ctx.out[0].error, "refused: 127.0.0.1 is a loopback address; allow it with --allow-targets loopback");
+    CHECK(crier_webhook_inflight(ctx.sender) == 0);
+    run_loop(&ctx, 0, 0.3); /* time for anything that did leave to arrive */
+    CHECK(file_size(r.log_path) == 0);
+
+    /* The same sender (its pooled handle) refuses again; a sender that
+     * allows loopback gets through to the same receiver. */
+    {
+        crier_webhook_sender *keep = ctx.sender;
+        reset_ctx(&ctx);
+        ctx.sender = keep;
+    }
+    CHECK(send_req(&ctx, &req) == 0);
+    run_loop(&ctx, 1, 5.0);
+    CHECK(ctx.completed == 1 && ctx.out[0].refused == 1);
+    crier_webhook_sender_free(ctx.sender);
+    reset_ctx(&ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
+    CHECK(send_req(&ctx, &req) == 0);
+    run_loop(&ctx, 1, 5.0);
+    CHECK(ctx.completed == 1 && ctx.out[0].status == 204 && !ctx.out[0].has_error);
+    CHECK(ctx.out[0].refused == 0);
+    CHECK(file_size(r.log_path) > 0);
+    crier_webhook_sender_free(ctx.sender);
+    receiver_stop(&r);
+
+    /* Every spelling of a forbidden address, against a listener that never
+     * accepts: each is refused, and no connection ever arrives. */
+    crier_log_set_level(CRIER_LOG_ERROR); /* each refusal warns by design */
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        reset_ctx(&ctx);
+        opts.allow_targets = cases[i].allow;
+        opts.connect_timeout_ms = 2000;
+        ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
+        snprintf(url, sizeof url, cases[i].url, lport);
+        req.url = url;
+        req.delivery_id = 0;
+        CHECK(send_req(&ctx, &req) == 0);
+        run_loop(&ctx, 1, 5.0);
+        if (ctx.completed != 1 || ctx.out[0].refused != 1 || ctx.out[0].status != 0 ||
+            strncmp(ctx.out[0].error, "refused: ", 9) != 0 || !strstr(ctx.out[0].error, cases[i].error)) {
+            fprintf(stderr, "guard %s (allow %u): completed %d refused %d status %ld error \"%s\"\n", url,
+                    cases[i].allow, ctx.completed, ctx.out[0].refused, ctx.out[0].status, ctx.out[0].error);
+            check_failures++;
+        }
+        crier_webhook_sender_free(ctx.sender);
+    }
+    crier_log_set_level(CRIER_LOG_INFO);
+    crier_log_init_from_env();
+    CHECK(!connection_pending(lfd));
+    close(lfd);
+}
+
+static void test_body_limit(const char *dir)
+{
+    receiver r = {0};
+    crier_webhook_options opts = {0};
+    crier_webhook_request req;
+    char url[128], small[65], log[4096];
+    char *big;
+    size_t mib = CRIER_WEBHOOK_DEFAULT_MAX_BODY_BYTES;
+    int lines = 0;
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+
+    CHECK(CRIER_WEBHOOK_DEFAULT_MAX_BODY_BYTES == 1048576);
+    CHECK(receiver_start(&r, dir, "limit", "204", NULL, NULL) == 0);
+    if (!r.port)
+        return;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/limit", r.port);
+
+    /* A small limit: at the limit goes, one byte over is refused and logged. */
+    reset_ctx(&ctx);
+    opts.allow_targets = CRIER_TARGET_ALLOW_LOOPBACK;
+    opts.max_body_bytes = 64;
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
+    memset(small, 'a', 64);
+    small[64] = '\0';
+    memset(&req, 0, sizeof req);
+    req.url = url;
+    req.webhook_id = "msg_limit";
+    req.secret = TEST_SECRET;
+    req.body = small;
+    req.body_len = 65; /* includes the NUL: one byte over */
+    CHECK(send_capturing_log(&ctx, &req, dir, log, sizeof log) == -1);
+    CHECK(strstr(log, "body is 65 bytes, over the limit of 64") != NULL);
+    CHECK(crier_webhook_inflight(ctx.sender) == 0);
+    req.body_len = 64;
+    CHECK(send_req(&ctx, &req) == 0);
+    run_loop(&ctx, 1, 5.0);
+    CHECK(ctx.completed == 1 && ctx.out[0].status == 204);
+    crier_webhook_sender_free(ctx.sender);
+
+    /* The default limit is 1 MiB. */
+    big = malloc(mib + 1);
+    if (!big)
+        abort();
+    memset(big, 'b', mib + 1);
+    reset_ctx(&ctx);
+    opts.max_body_bytes = 0;
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
+    req.body = big;
+    req.body_len = mib + 1;
+    req.delivery_id = 1;
+    CHECK(send_capturing_log(&ctx, &req, dir, log, sizeof log) == -1);
+    CHECK(strstr(log, "body is 1048577 bytes, over the limit of 1048576") != NULL);
+    req.body_len = mib;
+    CHECK(send_req(&ctx, &req) == 0);
+    run_loop(&ctx, 1, 10.0);
+    CHECK(ctx.completed == 1 && ctx.out[1].status == 204);
+    crier_webhook_sender_free(ctx.sender);
+    free(big);
+
+    /* The receiver saw the two bodies that were allowed, whole. */
+    f = fopen(r.log_path, "r");
+    CHECK(f != NULL);
+    while (f && getline(&line, &cap, f) > 0) {
+        char *body = json_get(line, "body");
+        lines++;
+        CHECK(body && (strlen(body) == 64 || strlen(body) == mib));
+        free(body);
+    }
+    CHECK(lines == 2);
+    free(line);
+    if (f)
+        fclose(f);
+    receiver_stop(&r);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/crier-test-webhook-XXXXXX";
@@ -854,6 +1325,7 @@ int main(void)
     ctx.loop = ev_loop_new(EVFLAG_AUTO);
 
     test_sign();
+    test_sign_all(dir);
     crier_log_set_level(CRIER_LOG_ERROR); /* the refusals below warn by design */
     test_refusals();
     crier_log_set_level(CRIER_LOG_INFO);
@@ -862,6 +1334,9 @@ int main(void)
     test_timeout_and_limits(dir);
     test_refused();
     test_raw_responses();
+    test_two_secrets(dir);
+    test_guard(dir);
+    test_body_limit(dir);
     test_throughput(dir);
 
     ev_loop_destroy(ctx.loop);

@@ -1,0 +1,338 @@
+/* cmd_dead.c — `crier dead list` and `crier dead replay`: the dead letters —
+ * deliveries that failed permanently or spent their retry schedule, and events
+ * whose rules failed until they were quarantined — listed with their last
+ * error, and replayed: a replayed delivery gets a fresh retry schedule under
+ * the same notification key (so receivers dedupe), a replayed event is fanned
+ * out again (existing notifications are not created twice). Only dead rows are
+ * touched, so replaying twice, or replaying something that meanwhile
+ * succeeded, sends nothing twice. */
+#include "cli.h"
+#include "database.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char dead_help[] =
+    "usage: crier dead list [filters] [--limit N] [--json]\n"
+    "       crier dead replay [filters] [--dry-run]\n"
+    "\n"
+    "Dead letters: deliveries that failed permanently or spent their retry schedule,\n"
+    "and events whose rules failed until they were quarantined. list shows them,\n"
+    "newest first, with the last error; replay makes them due again: a delivery gets\n"
+    "a fresh retry schedule under the same notification key (webhook-id, Message-ID,\n"
+    "Kafka key), an event is fanned out again (notifications that exist are not\n"
+    "created twice), and a disabled endpoint of a replayed delivery is enabled.\n"
+    "Replaying twice, or something that meanwhile succeeded, sends nothing twice.\n"
+    "\n"
+    "filters:\n"
+    "  --tenant T         only this tenant\n"
+    "  --type TYPE        only this event type\n"
+    "  --channel C        only deliveries on this channel (webhook, email, kafka)\n"
+    "  --since TIME       died at or after TIME: a timestamp (2026-12-01 10:00Z) or a\n"
+    "                     duration ago (90s, 30m, 2h, 7d)\n"
+    "  --until TIME       died before TIME (same forms)\n"
+    "  --deliveries       only deliveries;  --events: only events\n"
+    "  --id N             only the delivery with id N\n"
+    "  --event N          only the event with id N\n"
+    "options:\n"
+    "  --limit N          list at most N (default 100)\n"
+    "  --json             list as one JSON object per line\n"
+    "  --dry-run          replay: count what would be replayed, change nothing\n" CLI_COMMON_HELP;
+
+enum { F_TENANT, F_TYPE, F_CHANNEL, F_SINCE, F_UNTIL, F_KIND, F_ID, F_EVENT, N_FILTERS };
+
+typedef struct {
+    const char *filter[N_FILTERS];
+    char since[64], until[64];
+    int limit;
+    bool json, dry_run;
+} dead_args;
+
+/* The dead rows of both kinds, one shape, filtered by $1..$8. */
+#define DEAD_ROWS                                                                                   \
+    "SELECT * FROM ("                                                                               \
+    " SELECT 'delivery' AS kind, d.id, d.tenant, n.event_type, n.entity_id, n.recipient_id AS recipient," \
+    "        d.channel, d.target, d.attempts, d.dead_at AS died_at, d.last_status, d.last_error"        \
+    " FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id"               \
+    " WHERE d.state = 'dead'"                                                                       \
+    " UNION ALL"                                                                                    \
+    " SELECT 'event', e.id, e.tenant, e.event_type, e.entity_id, NULL, NULL, NULL, e.attempts,"     \
+    "        e.processed_at, NULL, e.last_error"                                                    \
+    " FROM crier.events e WHERE e.state = 'dead') AS x"                                             \
+    " WHERE ($1::text IS NULL OR x.tenant = $1) AND ($2::text IS NULL OR x.event_type = $2)"        \
+    "   AND ($3::text IS NULL OR x.channel = $3)"                                                   \
+    "   AND ($4::timestamptz IS NULL OR x.died_at >= $4) AND ($5::timestamptz IS NULL OR x.died_at < $5)" \
+    "   AND ($6::text IS NULL OR x.kind = $6)"                                                      \
+    "   AND ($7::bigint IS NULL OR (x.kind = 'delivery' AND x.id = $7))"                            \
+    "   AND ($8::bigint IS NULL OR (x.kind = 'event' AND x.id = $8))"
+
+static const char SQL_LIST[] = DEAD_ROWS " ORDER BY x.died_at DESC NULLS LAST, x.id DESC LIMIT $9";
+
+static const char SQL_LIST_JSON[] =
+    "SELECT row_to_json(y) FROM (" DEAD_ROWS " ORDER BY x.died_at DESC NULLS LAST, x.id DESC LIMIT $9) AS y";
+
+static const char SQL_COUNT[] =
+    "SELECT count(*) FILTER (WHERE kind = 'delivery'), count(*) FILTER (WHERE kind = 'event')"
+    " FROM (" DEAD_ROWS ") AS y";
+
+/* One chunk of deliveries: due now with a fresh schedule, their disabled
+ * endpoints enabled. */
+static const char SQL_REPLAY_DELIVERIES[] =
+    "WITH picked AS ("
+    "  SELECT x.id FROM (" DEAD_ROWS ") AS x WHERE x.kind = 'delivery' ORDER BY x.id LIMIT 500"
+    "), upd AS ("
+    "  UPDATE crier.deliveries d SET state = 'pending', due_at = now(), budget_start = d.attempts,"
+    "      dead_at = NULL"
+    "  FROM picked WHERE d.id = picked.id AND d.state = 'dead'"
+    "  RETURNING d.tenant, d.channel, d.target"
+    "), ep AS ("
+    "  UPDATE crier.endpoints e SET state = 'active', consecutive_failures = 0, failing_since = NULL,"
+    "      paused_at = NULL, next_probe_at = NULL, probes = 0, disabled_at = NULL, updated_at = now()"
+    "  FROM (SELECT DISTINCT tenant, channel, target FROM upd) u"
+    "  WHERE e.tenant = u.tenant AND e.channel = u.channel AND e.target = u.target AND e.state = 'disabled'"
+    "  RETURNING 1"
+    ")"
+    " SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM ep)";
+
+static const char SQL_REPLAY_EVENTS[] =
+    "WITH picked AS ("
+    "  SELECT x.id FROM (" DEAD_ROWS ") AS x WHERE x.kind = 'event' ORDER BY x.id LIMIT 500"
+    "), upd AS ("
+    "  UPDATE crier.events e SET state = 'pending', attempts = 0, available_at = now(), last_error = NULL,"
+    "      processed_at = NULL"
+    "  FROM picked WHERE e.id = picked.id AND e.state = 'dead'"
+    "  RETURNING 1"
+    ")"
+    " SELECT count(*), 0 FROM upd";
+
+/* "2h" → a timestamp that long ago; anything else is passed on as a timestamp
+ * for PostgreSQL to parse. */
+static const char *dead_time(const char *arg, char *buf, size_t len)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    double unit = 0;
+    if (end != arg && v >= 0) {
+        if (!*end)
+            unit = 1;
+        else if (!end[1])
+            unit = *end == 's' ? 1 : *end == 'm' ? 60 : *end == 'h' ? 3600 : *end == 'd' ? 86400 : 0;
+    }
+    if (unit == 0)
+        return arg;
+    time_t t = time(NULL) - (time_t)(v * unit);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S+00", &tm);
+    return buf;
+}
+
+static int dead_option(void *ud, int opt, const char *arg)
+{
+    dead_args *a = ud;
+    char *end;
+
+    switch (opt) {
+    case 't': a->filter[F_TENANT] = arg; return 0;
+    case 'y': a->filter[F_TYPE] = arg; return 0;
+    case 'c':
+        if (strcmp(arg, "webhook") && strcmp(arg, "email") && strcmp(arg, "kafka")) {
+            crier_cli_error("dead", "--channel expects webhook, email or kafka, got '%s'", arg);
+            return -1;
+        }
+        a->filter[F_CHANNEL] = arg;
+        return 0;
+    case 's': a->filter[F_SINCE] = dead_time(arg, a->since, sizeof a->since); return 0;
+    case 'u': a->filter[F_UNTIL] = dead_time(arg, a->until, sizeof a->until); return 0;
+    case 'D': a->filter[F_KIND] = "delivery"; return 0;
+    case 'E': a->filter[F_KIND] = "event"; return 0;
+    case 'i':
+    case 'e':
+        strtoll(arg, &end, 10);
+        if (!*arg || *end) {
+            crier_cli_error("dead", "--%s expects a numeric id, got '%s'", opt == 'i' ? "id" : "event", arg);
+            return -1;
+        }
+        a->filter[opt == 'i' ? F_ID : F_EVENT] = arg;
+        return 0;
+    case 'l': return crier_cli_positive_int("dead", "limit", arg, 1000000, &a->limit);
+    case 'j': a->json = true; return 0;
+    case 'n': a->dry_run = true; return 0;
+    }
+    return -1;
+}
+
+static PGresult *dead_exec(PGconn *conn, const char *sql, const dead_args *a, const char *limit)
+{
+    const char *values[N_FILTERS + 1];
+    memcpy(values, a->filter, sizeof a->filter);
+    values[N_FILTERS] = limit;
+    PGresult *res = PQexecParams(conn, sql, limit ? N_FILTERS + 1 : N_FILTERS, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        const char *msg = PQresultErrorMessage(res);
+        if (strstr(msg, "timestamp"))
+            crier_cli_error("dead", "%s--since and --until take a timestamp such as '2026-12-01 10:00Z' or a "
+                                    "duration ago such as 2h", msg);
+        else
+            crier_cli_error("dead", "%s(run crier migrate first?)", msg);
+        PQclear(res);
+        return NULL;
+    }
+    return res;
+}
+
+static int dead_list(PGconn *conn, const dead_args *a)
+{
+    char limit[24];
+    snprintf(limit, sizeof limit, "%d", a->limit);
+    PGresult *res = dead_exec(conn, a->json ? SQL_LIST_JSON : SQL_LIST, a, limit);
+    if (!res)
+        return 1;
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) {
+        if (a->json) {
+            printf("%s\n", PQgetvalue(res, i, 0));
+            continue;
+        }
+        /* kind id tenant type entity recipient channel target attempts died_at status error */
+        printf("%s %s  tenant=%s type=%s entity=%s", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+               PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4));
+        if (!PQgetisnull(res, i, 5))
+            printf(" recipient=%s channel=%s target=%s", PQgetvalue(res, i, 5), PQgetvalue(res, i, 6),
+                   PQgetvalue(res, i, 7));
+        printf("\n    attempts=%s died=%s", PQgetvalue(res, i, 8),
+               PQgetisnull(res, i, 9) ? "-" : PQgetvalue(res, i, 9));
+        if (!PQgetisnull(res, i, 10))
+            printf(" status=%s", PQgetvalue(res, i, 10));
+        printf("\n    error: %.400s\n", PQgetisnull(res, i, 11) ? "-" : PQgetvalue(res, i, 11));
+    }
+    if (!a->json)
+        fprintf(stderr, "%d dead letter%s shown%s\n", n, n == 1 ? "" : "s",
+                n == a->limit ? " (more may exist: raise --limit or narrow the filters)" : "");
+    PQclear(res);
+    return 0;
+}
+
+static void dead_progress(bool tty, const char *what, long long done, long long total)
+{
+    if (!tty || total <= 0)
+        return;
+    int width = 30, filled = (int)(width * done / total);
+    fprintf(stderr, "\rreplaying %s [%.*s%*s] %lld/%lld", what, filled, "##############################",
+            width - filled, "", done, total);
+    if (done >= total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* Replays one kind in chunks until none is left; returns the count, -1 on error. */
+static long long dead_replay_kind(PGconn *conn, const dead_args *a, const char *sql, const char *what,
+                                  long long total, long long *endpoints)
+{
+    bool tty = isatty(STDERR_FILENO);
+    long long done = 0;
+    dead_progress(tty, what, 0, total);
+    for (;;) {
+        PGresult *res = dead_exec(conn, sql, a, NULL);
+        if (!res)
+            return -1;
+        long long n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        *endpoints += strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        PQclear(res);
+        if (n == 0)
+            break;
+        done += n;
+        dead_progress(tty, what, done < total ? done : total, total);
+    }
+    if (tty && done < total)
+        dead_progress(tty, what, total, total);
+    return done;
+}
+
+static int dead_replay(PGconn *conn, const dead_args *a)
+{
+    PGresult *res = dead_exec(conn, SQL_COUNT, a, NULL);
+    if (!res)
+        return 1;
+    long long deliveries = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    long long events = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+    PQclear(res);
+    if (a->dry_run) {
+        printf("would replay %lld deliveries and %lld events (dry run: nothing changed)\n", deliveries, events);
+        return 0;
+    }
+    if (deliveries + events == 0) {
+        printf("nothing to replay: no dead letter matches (crier dead list shows them)\n");
+        return 0;
+    }
+    long long endpoints = 0, d = 0, e = 0;
+    if (deliveries > 0 &&
+        (d = dead_replay_kind(conn, a, SQL_REPLAY_DELIVERIES, "deliveries", deliveries, &endpoints)) < 0)
+        return 1;
+    if (events > 0 && (e = dead_replay_kind(conn, a, SQL_REPLAY_EVENTS, "events", events, &endpoints)) < 0)
+        return 1;
+    PQclear(PQexec(conn, "SELECT pg_notify('crier_deliveries', ''), pg_notify('crier_events', '')"));
+    printf("replayed %lld deliveries and %lld events: due now for crier serve", d, e);
+    if (endpoints > 0)
+        printf("; %lld disabled endpoint%s enabled", endpoints, endpoints == 1 ? "" : "s");
+    printf("\n");
+    return 0;
+}
+
+int crier_cmd_dead(int argc, char **argv)
+{
+    static const struct option options[] = {CLI_COMMON_OPTIONS,
+                                            {"tenant", required_argument, NULL, 't'},
+                                            {"type", required_argument, NULL, 'y'},
+                                            {"channel", required_argument, NULL, 'c'},
+                                            {"since", required_argument, NULL, 's'},
+                                            {"until", required_argument, NULL, 'u'},
+                                            {"deliveries", no_argument, NULL, 'D'},
+                                            {"events", no_argument, NULL, 'E'},
+                                            {"id", required_argument, NULL, 'i'},
+                                            {"event", required_argument, NULL, 'e'},
+                                            {"limit", required_argument, NULL, 'l'},
+                                            {"json", no_argument, NULL, 'j'},
+                                            {"dry-run", no_argument, NULL, 'n'},
+                                            {NULL, 0, NULL, 0}};
+    crier_cli cli;
+    dead_args a = {.limit = 100};
+    crier_database db;
+    char err[4096];
+    int rc = 2;
+    const char *action = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
+
+    crier_cli_init(&cli);
+    if (crier_cli_parse(&cli, dead_help, action ? argc - 1 : argc, action ? argv + 1 : argv, options, dead_option,
+                        &a, &rc))
+        goto out;
+    rc = 2;
+    if (!action || (strcmp(action, "list") && strcmp(action, "replay"))) {
+        crier_cli_error("dead", "%s: use crier dead list or crier dead replay (see crier dead --help)",
+                        action ? "unknown action" : "missing action");
+        goto out;
+    }
+    if (optind < argc - 1) {
+        crier_cli_error("dead", "unexpected argument '%s' (see crier dead --help)", argv[optind + 1]);
+        goto out;
+    }
+    rc = 1;
+    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
+        crier_cli_error("dead", "%s", err);
+        goto out;
+    }
+    PGconn *conn = PQconnectdb(db.conninfo);
+    if (PQstatus(conn) != CONNECTION_OK)
+        crier_cli_error("dead", "cannot connect: %s", PQerrorMessage(conn));
+    else
+        rc = !strcmp(action, "list") ? dead_list(conn, &a) : dead_replay(conn, &a);
+    PQfinish(conn);
+    crier_database_close(&db);
+out:
+    crier_cli_free(&cli);
+    return rc;
+}
