@@ -62,6 +62,7 @@ struct crier_delivery {
     crier_delivery_senders senders;
     crier_delivery_options opts;
     delivery_state state;
+    delivery_state last_op; /* the statement before this one: claims and writes alternate */
     bool want_claim;
     bool want_extend;
     bool stopping;
@@ -566,13 +567,21 @@ static void delivery_extend_leases(crier_delivery *d)
         delivery_pause(d);
 }
 
-/* Does the next database step: write pending results first, then extend the
- * leases of long sends, then claim more if there is room. */
+static bool delivery_can_claim(const crier_delivery *d)
+{
+    return d->want_claim && !d->stopping && d->opts.max_inflight - d->inflight > 0;
+}
+
+/* Does the next database step on the worker's one connection: write pending
+ * results, extend the leases of long sends, claim more if there is room. While
+ * both results and claims wait, they alternate, so that new deliveries do not
+ * queue behind a stream of result writes. */
 static void delivery_pump(crier_delivery *d)
 {
     if (d->state != DELIVERY_IDLE || ev_is_active(&d->retry))
         return;
-    if (d->n_results > 0) {
+    if (d->n_results > 0 && !(d->last_op == DELIVERY_WRITING && delivery_can_claim(d))) {
+        d->last_op = DELIVERY_WRITING;
         delivery_write_results(d);
         return;
     }
@@ -582,11 +591,10 @@ static void delivery_pump(crier_delivery *d)
     }
     if (d->inflight == 0 && ev_is_active(&d->extend))
         ev_timer_stop(d->loop, &d->extend);
-    if (!d->want_claim || d->stopping)
+    if (!delivery_can_claim(d))
         return;
     int room = d->opts.max_inflight - d->inflight;
-    if (room <= 0)
-        return;
+    d->last_op = DELIVERY_CLAIMING;
     int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
     d->want_claim = false;
     snprintf(d->num_text[0], sizeof d->num_text[0], "%d", limit);

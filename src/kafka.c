@@ -243,7 +243,11 @@ static void kafka_dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void 
     r.duration_ms = kafka_now_ms() - m->start_ms;
     if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         r.partition = rkm->partition;
-        r.offset = rkm->offset;
+        /* librdkafka reports RD_KAFKA_OFFSET_INVALID (-1001) for a success
+         * without an offset: a retried batch the broker answered with
+         * DUPLICATE_SEQUENCE_NUMBER, or one acknowledged implicitly by a later
+         * batch's success. The result says -1, as documented. */
+        r.offset = rkm->offset >= 0 ? rkm->offset : -1;
     } else {
         /* (rd_kafka_message_errstr is for consumers: it reads the payload.) */
         kafka_set_error(s, &r, rkm->err, NULL);

@@ -3,7 +3,14 @@
  * driven by a libev loop (an eventfd that librdkafka signals when its main
  * queue fills, plus a safety-net timer; never a blocking poll on the loop).
  * The message key and the "idempotency-key" header are the notification key,
- * so consumers can dedupe the rare redelivery after an ambiguous failure. */
+ * so consumers can dedupe the rare redelivery after an ambiguous failure.
+ * librdkafka's own retries inside one send (leader moves, request timeouts,
+ * dropped connections) keep the producer id and sequence numbers, and the
+ * broker drops a batch it already stored by them: a second copy of a key comes
+ * only from sending it again after a possibly_delivered result, or through a
+ * new producer after a fatal error. (librdkafka's mock cluster checks sequence
+ * numbers for transactional producers only, so it does store such retries
+ * twice: see tests/unit/test_kafka.c.) */
 #ifndef CRIER_KAFKA_H
 #define CRIER_KAFKA_H
 
@@ -61,7 +68,10 @@ typedef struct {
     int fatal;              /* 1 once the producer hit a fatal error (see
                                crier_kafka_fatal_error): recreate the sender */
     int32_t partition;      /* on success; -1 otherwise */
-    int64_t offset;         /* on success; -1 otherwise */
+    int64_t offset;         /* on success, or -1 when the broker acknowledged
+                               without naming one (a retried batch it already
+                               had: acknowledged as a duplicate, or implicitly
+                               by the success of a later batch); -1 on error */
     double duration_ms;     /* from send to the delivery report */
 } crier_kafka_result;
 

@@ -20,7 +20,7 @@ crier.rule "notice" {
         subject = "Notice: {{ payload.title }}",
         text = "Hello {{ recipient.name }},\n\n{{ payload.body | default('no details') }}\n",
         html = "<p>Hello {{ recipient.name }},</p><p>{{ payload.body | default('no details') }}</p>",
-        retry = { 0, "1s", "1s", "1s", "1s", "1s", "1s", "1s", "1s", "1s" },
+        retry = { 0, "1s", "2s", "2s", "2s", "2s", "2s", "2s", "2s", "2s", "2s", "2s", "2s", "2s", "2s" },
     },
     kafka = {
         topic = kafka_topic or "unused",
