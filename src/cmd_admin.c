@@ -169,8 +169,9 @@ static const char status_help[] =
     "usage: crier status [options]\n"
     "\n"
     "Prints the state of the outbox: events, notifications and deliveries by state,\n"
-    "paused and disabled endpoints, the oldest pending event's age, and the latest\n"
-    "dead letters (crier dead list shows them all).\n"
+    "paused and disabled endpoints, the oldest pending event's age, the rules version\n"
+    "each running crier serve uses (and its last rejected reload, with the problems\n"
+    "as file:line: message), and the latest dead letters (crier dead list shows all).\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
 int crier_cmd_status(int argc, char **argv)
@@ -221,6 +222,24 @@ int crier_cmd_status(int argc, char **argv)
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             for (int i = 0; i < PQntuples(res); i++)
                 printf("dead: %s\n", PQgetvalue(res, i, 0));
+        PQclear(res);
+        res = PQexec(conn, "SELECT worker, left(version, 12), loaded_at, reloads_ok, reloads_failed,"
+                           " last_error, last_error_at, round(extract(epoch FROM now() - updated_at))"
+                           " FROM crier.rules_status WHERE updated_at > now() - interval '1 day'"
+                           " ORDER BY updated_at DESC");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+            for (int i = 0; i < PQntuples(res); i++) {
+                printf("worker %s: rules %s since %s (reloads: %s ok, %s rejected; seen %ss ago)\n",
+                       PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
+                       PQgetvalue(res, i, 4), PQgetvalue(res, i, 7));
+                if (!PQgetisnull(res, i, 5)) {
+                    printf("  last reload rejected at %s:\n    ", PQgetvalue(res, i, 6));
+                    for (const char *c = PQgetvalue(res, i, 5); *c; c++)
+                        fputs(*c == '\n' ? "\n    " : (char[2]){*c, 0}, stdout);
+                    putchar('\n');
+                }
+            }
+        }
         PQclear(res);
         res = PQexec(conn, "SELECT state || ': ' || tenant || ' ' || target || ' since ' || failing_since"
                            " FROM crier.endpoints WHERE state <> 'active' ORDER BY updated_at DESC LIMIT 5");

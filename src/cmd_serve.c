@@ -16,12 +16,16 @@ static const char serve_help[] =
     "Runs the engine: claims events, runs the rules, fans out notifications and\n"
     "delivers them. With no database configured it starts the embedded PostgreSQL\n"
     "cluster (and stops it on exit) and applies pending migrations.\n"
-    "SIGTERM/SIGINT stop gracefully; SIGHUP reloads the rules (a broken version is\n"
-    "rejected and the running one kept).\n"
+    "SIGTERM/SIGINT stop gracefully. The rules reload when a *.lua file in the rules\n"
+    "directory changes (write a temporary file and rename it over the old one to\n"
+    "deploy) and on SIGHUP; a broken version is rejected, logged with file:line and\n"
+    "shown by crier status, and the running one kept.\n"
     "\n"
     "options:\n" CLI_COMMON_HELP
     "  --batch-size N         events per fan-out transaction (default 500)\n"
     "  --delivery-batch N     deliveries per claim (default 200)\n"
+    "  --event-attempts N     rule runs of a failing event before it is quarantined\n"
+    "                         (dead, see crier dead list; default 5)\n"
     "  --max-inflight N       concurrent sends (default 256)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
@@ -82,6 +86,8 @@ static int serve_option(void *ud, int opt, const char *arg)
     case 'n':
         a->migrate = false;
         return 0;
+    case 'R':
+        return crier_cli_positive_int("serve", "event-attempts", arg, 1000, &a->cfg.fanout.max_attempts);
     case 'D':
         return crier_cli_duration("serve", "shutdown-deadline", arg, &a->cfg.shutdown_deadline);
     case 'P':
@@ -140,6 +146,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"exit-when-idle", no_argument, NULL, 'x'},
                                             {"no-migrate", no_argument, NULL, 'n'},
                                             {"shutdown-deadline", required_argument, NULL, 'D'},
+                                            {"event-attempts", required_argument, NULL, 'R'},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},
@@ -163,6 +170,7 @@ int crier_cmd_serve(int argc, char **argv)
     cfg->poll_interval = 1.0;
     cfg->shutdown_deadline = 10.0;
     cfg->handle_signals = true;
+    cfg->watch_rules = true;
     if (getenv("CRIER_ALLOW_TARGETS")) {
         char why[256];
         if (crier_target_parse_allow(getenv("CRIER_ALLOW_TARGETS"), &cfg->webhook.allow_targets, why,

@@ -4,9 +4,14 @@
 #include "log.h"
 
 #include <ev.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct {
     const crier_engine_config *cfg;
@@ -24,7 +29,72 @@ typedef struct {
     ev_signal sig_term, sig_int, sig_hup;
     bool stopping;
     bool listening;
+
+    /* Rules reloads: inotify on the rules directory (debounced), SIGHUP. */
+    int inotify_fd;
+    ev_io inotify_w;
+    ev_timer reload_debounce;
+    char version[65];
+    int reloads_ok, reloads_failed;
+    char last_error[2048];
+    bool status_dirty, status_error_dirty;
+    char worker[300], loaded_at[40], error_at[40], ok_text[16], failed_text[16];
+    crier_pg_params status_params;
 } engine;
+
+static const char SQL_STATUS[] =
+    "INSERT INTO crier.rules_status AS s (worker, rules_dir, version, loaded_at, reloads_ok, reloads_failed,"
+    "    last_error, last_error_at, updated_at)"
+    " VALUES ($1, $2, $3, $4::timestamptz, $5::int, $6::int, $7, $8::timestamptz, now())"
+    " ON CONFLICT (worker) DO UPDATE SET rules_dir = EXCLUDED.rules_dir, version = EXCLUDED.version,"
+    "    loaded_at = EXCLUDED.loaded_at, reloads_ok = EXCLUDED.reloads_ok,"
+    "    reloads_failed = EXCLUDED.reloads_failed, last_error = EXCLUDED.last_error,"
+    "    last_error_at = EXCLUDED.last_error_at, updated_at = now()";
+
+static void engine_now_text(char *out, size_t len)
+{
+    char buf[40];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
+    snprintf(out, len, "%s", buf);
+}
+
+static void engine_on_status_written(void *ud, PGresult *res, const char *err)
+{
+    engine *e = ud;
+    if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) {
+        const char *msg = res ? PQresultErrorMessage(res) : err;
+        bool missing = strstr(msg, "does not exist") != NULL; /* schema not migrated: give up */
+        crier_warn("engine", "could not record the rules status in crier.rules_status (%s)%s", msg,
+                   missing ? "; run crier migrate" : "; retrying");
+        e->status_dirty = !missing;
+    }
+}
+
+/* Records what this worker runs in crier.rules_status (for crier status). */
+static void engine_write_status(engine *e)
+{
+    /* the listen connection is shared with LISTEN: skip while it is busy (the
+     * next poll tries again) */
+    if (!e->status_dirty || !crier_pg_idle(e->pg_listen))
+        return;
+    crier_pg_params *p = &e->status_params;
+    crier_pg_params_reset(p);
+    snprintf(e->ok_text, sizeof e->ok_text, "%d", e->reloads_ok);
+    snprintf(e->failed_text, sizeof e->failed_text, "%d", e->reloads_failed);
+    crier_pg_params_text(p, e->worker);
+    crier_pg_params_text(p, e->cfg->rules_dir);
+    crier_pg_params_text(p, e->version);
+    crier_pg_params_text(p, e->loaded_at);
+    crier_pg_params_text(p, e->ok_text);
+    crier_pg_params_text(p, e->failed_text);
+    crier_pg_params_text(p, e->last_error[0] ? e->last_error : NULL);
+    crier_pg_params_text(p, e->last_error[0] ? e->error_at : NULL);
+    if (crier_pg_query(e->pg_listen, SQL_STATUS, p, engine_on_status_written, e) == 0)
+        e->status_dirty = false;
+}
 
 static void engine_kick_all(engine *e)
 {
@@ -52,7 +122,9 @@ static void engine_on_listen(void *ud, PGresult *res, const char *err)
     if (!e->listening) {
         e->listening = true;
         crier_pg_query(e->pg_listen, "LISTEN crier_deliveries", NULL, engine_on_listen, e);
+        return;
     }
+    engine_write_status(e);
 }
 
 /* Subscribes the listen connection to both wake-up channels (one statement each). */
@@ -71,6 +143,7 @@ static void engine_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
         engine_listen(e);
     if (!e->stopping)
         engine_kick_all(e);
+    engine_write_status(e);
 }
 
 static void engine_on_committed(void *ud, uint64_t deliveries)
@@ -130,18 +203,101 @@ static void engine_stop(engine *e)
     ev_timer_start(e->loop, &e->deadline);
 }
 
-static void engine_reload(engine *e)
+/* Loads the rules directory as a new generation and hands it to the fan-out,
+ * which swaps it in between batches (in-flight work finishes on the old one).
+ * A broken version is rejected and the running one kept; an unchanged one is
+ * ignored. */
+static void engine_reload(engine *e, const char *why)
 {
     char err[8192];
     const crier_engine_config *cfg = e->cfg;
     crier_rules *rules =
         crier_rules_load(cfg->lua_dir, cfg->rules_dir, cfg->settings, cfg->n_settings, err, sizeof err);
     if (!rules) {
-        crier_error("rules", "reload rejected, the running version stays:\n%s", err);
+        e->reloads_failed++;
+        snprintf(e->last_error, sizeof e->last_error, "%.2000s", err);
+        engine_now_text(e->error_at, sizeof e->error_at);
+        e->status_dirty = true;
+        crier_error("rules", "reload (%s) rejected, version %.12s keeps running:\n%s", why, e->version, err);
+        engine_write_status(e);
         return;
     }
-    crier_info("rules", "reloaded: version %.12s is used from the next batch", crier_rules_version(rules));
+    if (!strcmp(crier_rules_version(rules), e->version)) {
+        crier_debug("rules", "reload (%s): version %.12s unchanged", why, e->version);
+        crier_rules_free(rules);
+        if (e->last_error[0]) { /* a broken edit was reverted */
+            e->last_error[0] = '\0';
+            e->status_dirty = true;
+            engine_write_status(e);
+        }
+        return;
+    }
+    e->reloads_ok++;
+    snprintf(e->version, sizeof e->version, "%s", crier_rules_version(rules));
+    engine_now_text(e->loaded_at, sizeof e->loaded_at);
+    e->last_error[0] = '\0';
+    e->status_dirty = true;
+    crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why, e->version);
     crier_fanout_set_rules(e->fanout, rules);
+    engine_write_status(e);
+}
+
+static void engine_reload_debounce_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    engine *e = w->data;
+    (void)loop;
+    (void)revents;
+    if (!e->stopping)
+        engine_reload(e, "rules directory changed");
+}
+
+/* inotify events on the rules directory: a file written and closed, renamed
+ * in or out, or deleted. A burst of them (an editor, a deploy) is debounced
+ * into one reload. Writing a temporary file and renaming it over a rule file
+ * is the safe way to deploy: the reload sees either version, never half. */
+static void engine_inotify_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    engine *e = w->data;
+    char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+    bool relevant = false;
+    (void)revents;
+    for (;;) {
+        ssize_t n = read(e->inotify_fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            size_t len = ev->len ? strlen(ev->name) : 0;
+            if (ev->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF))
+                relevant = true;
+            else if (len > 4 && !strcmp(ev->name + len - 4, ".lua") && ev->name[0] != '.')
+                relevant = true;
+            p += sizeof *ev + ev->len;
+        }
+    }
+    if (relevant) {
+        ev_timer_stop(loop, &e->reload_debounce);
+        ev_timer_set(&e->reload_debounce, 0.2, 0.);
+        ev_timer_start(loop, &e->reload_debounce);
+    }
+}
+
+static void engine_watch_rules(engine *e)
+{
+    e->inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (e->inotify_fd < 0 ||
+        inotify_add_watch(e->inotify_fd, e->cfg->rules_dir,
+                          IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_DELETE_SELF |
+                              IN_MOVE_SELF) < 0) {
+        crier_warn("engine", "cannot watch %s for changes (%m): reload with SIGHUP", e->cfg->rules_dir);
+        if (e->inotify_fd >= 0)
+            close(e->inotify_fd);
+        e->inotify_fd = -1;
+        return;
+    }
+    ev_io_init(&e->inotify_w, engine_inotify_cb, e->inotify_fd, EV_READ);
+    e->inotify_w.data = e;
+    ev_io_start(e->loop, &e->inotify_w);
 }
 
 static void engine_signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
@@ -150,7 +306,7 @@ static void engine_signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
     (void)loop;
     (void)revents;
     if (w->signum == SIGHUP)
-        engine_reload(e);
+        engine_reload(e, "SIGHUP");
     else
         engine_stop(e);
 }
@@ -163,6 +319,7 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
 
     memset(&e, 0, sizeof e);
     e.cfg = cfg;
+    e.inotify_fd = -1;
     e.loop = ev_default_loop(EVFLAG_AUTO);
     if (!e.loop) {
         snprintf(err, err_len, "cannot create the event loop");
@@ -172,6 +329,14 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     if (!rules)
         return -1;
     crier_info("rules", "loaded %s: version %.12s", cfg->rules_dir, crier_rules_version(rules));
+    snprintf(e.version, sizeof e.version, "%s", crier_rules_version(rules));
+    engine_now_text(e.loaded_at, sizeof e.loaded_at);
+    {
+        char host[256] = "localhost";
+        gethostname(host, sizeof host - 1);
+        snprintf(e.worker, sizeof e.worker, "%s:%d", host, (int)getpid());
+    }
+    e.status_dirty = true;
 
     e.pg_fanout = crier_pg_connect(e.loop, cfg->conninfo, "fanout", err, err_len);
     if (!e.pg_fanout)
@@ -224,6 +389,10 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     ev_timer_start(e.loop, &e.poll);
     ev_timer_init(&e.deadline, engine_deadline_cb, 10., 0.);
     e.deadline.data = &e;
+    ev_timer_init(&e.reload_debounce, engine_reload_debounce_cb, 0.2, 0.);
+    e.reload_debounce.data = &e;
+    if (cfg->watch_rules)
+        engine_watch_rules(&e);
     ev_prepare_init(&e.before_sleep, engine_before_sleep_cb);
     e.before_sleep.data = &e;
     ev_prepare_start(e.loop, &e.before_sleep);
@@ -265,6 +434,11 @@ out:
     }
     ev_timer_stop(e.loop, &e.poll);
     ev_timer_stop(e.loop, &e.deadline);
+    ev_timer_stop(e.loop, &e.reload_debounce);
+    if (e.inotify_fd >= 0) {
+        ev_io_stop(e.loop, &e.inotify_w);
+        close(e.inotify_fd);
+    }
     ev_prepare_stop(e.loop, &e.before_sleep);
     crier_webhook_sender_free(e.sender);
     crier_email_sender_free(e.email);

@@ -1,7 +1,9 @@
 /* engine.h — the daemon's core: one libev loop running the fan-out worker and
  * the delivery worker on their own nonblocking PostgreSQL connections, woken by
  * LISTEN/NOTIFY with a slow poll as fallback, with signal handling (TERM/INT:
- * graceful stop; HUP: rules reload as a new generation). */
+ * graceful stop; HUP: rules reload as a new generation) and a watch on the
+ * rules directory (inotify) that reloads on change; what runs is recorded in
+ * crier.rules_status. */
 #ifndef CRIER_ENGINE_H
 #define CRIER_ENGINE_H
 
@@ -28,6 +30,7 @@ typedef struct {
     double shutdown_deadline; /* seconds to let sends finish on TERM before releasing them (default 10) */
     bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
     bool handle_signals;      /* install TERM/INT/HUP watchers */
+    bool watch_rules;         /* reload when a *.lua file in rules_dir changes (inotify) */
 } crier_engine_config;
 
 typedef struct {

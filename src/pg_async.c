@@ -191,6 +191,11 @@ int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params,
     return 0;
 }
 
+bool crier_pg_idle(const crier_pg *pg)
+{
+    return !pg->busy && !pg->broken;
+}
+
 bool crier_pg_ok(const crier_pg *pg)
 {
     return !pg->broken && pg->conn && PQstatus(pg->conn) == CONNECTION_OK;

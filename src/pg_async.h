@@ -36,6 +36,10 @@ int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params,
 /* True when the connection is usable. */
 bool crier_pg_ok(const crier_pg *pg);
 
+/* True when the connection is usable and no query is in flight (a
+ * crier_pg_query now would be sent). */
+bool crier_pg_idle(const crier_pg *pg);
+
 /* Tries to re-establish a broken connection (blocking, bounded by the
  * conninfo's connect_timeout). Returns 0 when connected. */
 int crier_pg_reconnect(crier_pg *pg);

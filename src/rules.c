@@ -21,12 +21,43 @@
 #define RULES_MAX_FILE_BYTES (16u * 1024u * 1024u)
 #define PLAN_BLOCK_MIN 65536u
 
+/* The Lua state's allocator: a hard ceiling on its heap, so that a rule
+ * cannot take the process's memory (the sandbox's hook checks the declared
+ * limit between instructions; this also catches one huge allocation). */
+typedef struct {
+    size_t used;
+    size_t cap;
+} rules_memory;
+
 struct crier_rules {
     lua_State *L;
     int generation_ref; /* registry reference to the runtime's generation object */
     size_t n_files;
     char version[65];
+    rules_memory memory;
 };
+
+/* Heap allowed while loading, before the rules state their own limit. */
+#define RULES_LOAD_MEMORY ((size_t)512 << 20)
+/* Room above the declared limit for the engine's own work in the state. */
+#define RULES_MEMORY_MARGIN ((size_t)32 << 20)
+
+static void *rules_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    rules_memory *m = ud;
+    if (nsize == 0) {
+        free(ptr);
+        m->used -= ptr ? osize : 0;
+        return NULL;
+    }
+    size_t old = ptr ? osize : 0;
+    if (nsize > old && m->used - old + nsize > m->cap)
+        return NULL; /* Lua raises "not enough memory" */
+    void *p = realloc(ptr, nsize);
+    if (p)
+        m->used = m->used - old + nsize;
+    return p;
+}
 
 /* A rule file read from disk. */
 typedef struct {
@@ -283,7 +314,8 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     if (compute_version(files, n_files, rules->version, err, err_len) != 0)
         goto err;
 
-    L = luaL_newstate();
+    rules->memory.cap = RULES_LOAD_MEMORY;
+    L = lua_newstate(rules_alloc, &rules->memory);
     if (!L) {
         crier_set_error(err, err_len, "cannot create a Lua state");
         goto err;
@@ -336,6 +368,12 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
         crier_set_error(err, err_len, "%s", msg ? msg : "rules failed to load (no message)");
         goto err;
     }
+    lua_pop(L, 1);
+    /* The memory ceiling the rules declared (crier.limits), plus a margin. */
+    lua_getfield(L, -1, "memory_limit");
+    lua_pushvalue(L, -2);
+    if (rules_pcall(L, 1, 1) == 0 && lua_isnumber(L, -1))
+        rules->memory.cap = (size_t)lua_tonumber(L, -1) + RULES_MEMORY_MARGIN;
     lua_pop(L, 1);
     rules->generation_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_gc(L, LUA_GCCOLLECT, 0); /* drop what loading left behind */

@@ -104,6 +104,24 @@ local function is_list(v)
 end
 
 ---------------------------------------------------------------------------
+-- Limits
+
+-- crier.limits { instructions = 50000000, time = "1s", memory = "256MB" }: the
+-- budget of each rule call (VM instructions, CPU time, heap growth); crier
+-- serve also caps its rules' Lua state at the memory limit plus a margin. A rule that exceeds one fails that event
+-- only (retried, then quarantined). Applies to the rule files loaded after it
+-- and to every event; declare it once, first.
+function crier.limits(spec)
+    local registry = loading_registry("crier.limits")
+    local limits, err = require("crier.sandbox").parse_limits(spec)
+    if not limits then
+        problem(registry, where(2), "crier.limits: " .. err)
+        return
+    end
+    registry.limits = limits
+end
+
+---------------------------------------------------------------------------
 -- Retry schedules
 
 local duration_units = { s = 1, m = 60, h = 3600, d = 86400 }

@@ -7,6 +7,7 @@
 
 local crier = require "crier"
 local json = require "crier.json"
+local sandbox = require "crier.sandbox"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable =
     type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable
@@ -85,13 +86,16 @@ local function sort_problems(problems, files)
     return out
 end
 
+-- Rule files are text (no bytecode), run in the generation's sandbox
+-- environment under the limits declared so far (crier.limits).
 local function load_files(registry, files)
     for _, f in ipairs(files) do
-        local chunk, err = load(f.source, "@" .. f.path)
+        local chunk, err = load(f.source, "@" .. f.path, "t", registry.env)
         if not chunk then
             registry.problems[#registry.problems + 1] = problem_line(err, f.path, files)
         else
-            local ok, run_err = xpcall(chunk, message_only)
+            sandbox.protect(chunk)
+            local ok, run_err = sandbox.run(registry.limits, chunk, message_only)
             if not ok then
                 registry.problems[#registry.problems + 1] = problem_line(run_err, f.path, files)
             end
@@ -148,6 +152,8 @@ function runtime.new_generation(files, settings)
         rule_order = {},
         problems = {},
         retry = {},
+        limits = sandbox.default_limits,
+        env = sandbox.env(),
     }
     local previous = crier._set_registry(registry)
     local ok, err = xpcall(declare_builtin_event_types, traceback)
@@ -441,9 +447,13 @@ function Generation:plan(event)
         payload = payload,
     }
     local previous = crier._set_registry(registry)
-    local ok, result = xpcall(run_rule, on_rule_error, rule, ev)
+    local ok, result = sandbox.run(registry.limits, run_rule, on_rule_error, rule, ev)
     crier._set_registry(previous)
     if not ok then
+        if type(result) ~= "table" then
+            -- memory errors do not run the error handler
+            result = { message = message_only(result), raw = true }
+        end
         if result.raw then
             return nil, format("rule '%s' (%s) failed: %s", rule.event_type, rule.where, result.message),
                 "rule_error"
@@ -466,6 +476,11 @@ function Generation:validate(type_name, payload_json)
         return nil, err, "invalid_payload"
     end
     return true
+end
+
+-- gen:memory_limit(): the memory ceiling in bytes the rules declared (or the default).
+function Generation:memory_limit()
+    return self.registry.limits.memory
 end
 
 -- gen:event_types(): the event type names the rules declare, sorted (the

@@ -384,7 +384,7 @@ webhook = { url = "http://hooks.test/x", body = { kind = "ping", list = crier.js
                 .. 'body = function() return "not json" end },'))
         assert.matches("webhook.body: json.encode: cannot encode a function at %$.f", rule_error(
             'recipients = { "a" }, channels = { "webhook" }, webhook = { url = "http://x", '
-                .. 'body = function() return { f = print } end },'))
+                .. 'body = function() return { f = tostring } end },'))
         assert.matches("webhook.body:1: 'payload.name' is missing", rule_error(
             'recipients = { "a" }, channels = { "webhook" }, webhook = { url = "http://x", '
                 .. 'body = \'{"n": "{{ payload.name }}"}\' },'))

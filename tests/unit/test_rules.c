@@ -401,6 +401,47 @@ static void test_rule_behaviour(void)
     remove_dir(dir);
 }
 
+/* The engine's Lua state has a hard memory ceiling (the declared limit plus a
+ * margin): one huge allocation, which the sandbox's hook cannot see coming,
+ * fails that event only; an endless loop fails on the instruction limit. */
+static void test_limits(void)
+{
+    char dir[4096], err[8192];
+    crier_plan plan = {0};
+    crier_rules *rules;
+
+    make_dir(dir, sizeof dir);
+    write_file(dir, "rules.lua",
+               "local crier = require \"crier\"\n"
+               "crier.limits { memory = \"16MB\", instructions = 2000000 }\n"
+               "crier.event_type \"t\" { payload = { what = \"string\" } }\n"
+               "crier.rule \"t\" {\n"
+               "  recipients = function(event)\n"
+               "    if event.payload.what == \"huge\" then local s = string.rep(\"x\", 200 * 1024 * 1024) end\n"
+               "    if event.payload.what == \"loop\" then while true do end end\n"
+               "    return { \"al\" }\n"
+               "  end,\n"
+               "  channels = { \"webhook\" }, webhook = { url = \"http://h.test/\" },\n"
+               "}\n");
+    rules = crier_rules_load(lua_dir, dir, NULL, 0, err, sizeof err);
+    CHECK(rules != NULL);
+    if (rules) {
+        crier_rule_event ev = {.id = 1, .tenant = "acme", .event_type = "t", .entity_id = "e",
+                               .payload_json = "{\"what\":\"huge\"}"};
+        CHECK(crier_rules_plan(rules, &ev, &plan, err, sizeof err) == CRIER_PLAN_RULE_ERROR);
+        CHECK_CONTAINS(err, "not enough memory");
+        ev.payload_json = "{\"what\":\"loop\"}";
+        CHECK(crier_rules_plan(rules, &ev, &plan, err, sizeof err) == CRIER_PLAN_RULE_ERROR);
+        CHECK_CONTAINS(err, "instruction limit");
+        ev.payload_json = "{\"what\":\"fine\"}";
+        CHECK(crier_rules_plan(rules, &ev, &plan, err, sizeof err) == CRIER_PLAN_OK);
+        CHECK(plan.n_recipients == 1);
+    }
+    crier_plan_free(&plan);
+    crier_rules_free(rules);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const char *src = getenv("CRIER_SOURCE_DIR");
@@ -412,6 +453,7 @@ int main(void)
     test_examples();
     test_broken_dir();
     test_rule_behaviour();
+    test_limits();
 
     if (check_failures) {
         fprintf(stderr, "test_rules: %d check(s) failed\n", check_failures);

@@ -1,0 +1,267 @@
+-- crier.sandbox: what rule code may see and how long it may run.
+--
+-- Rule files run in an allow-listed environment: the safe parts of the base
+-- library, copies of string/table/math, os.time/clock/date, and a require that
+-- only returns crier's own pure-Lua modules. No io, os.execute, load,
+-- loadstring, loadfile, dofile, debug, ffi, jit, coroutine, collectgarbage, C
+-- modules or package; no setfenv/getfenv, rawset or string.dump. Globals are
+-- read-only: a write raises (rules keep state in locals), so nothing leaks from
+-- one event to the next through the environment, and reading a global that is
+-- not provided raises with the list of what is.
+--
+-- Every rule call (and the loading of rule files) runs under limits: an
+-- instruction budget and a wall-clock budget checked by a count hook, and a
+-- memory ceiling checked there too (the engine also caps its Lua state's
+-- allocator). Rule functions are kept out of the JIT compiler (jit.off(f,
+-- true)), because compiled loops do not run hooks. A limit error cannot be
+-- caught by the rule's own pcall. Pure Lua: works in LuaJIT, crier serve and
+-- nginx.
+
+local type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall =
+    type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall
+local collectgarbage, require = collectgarbage, require
+local format, match, concat, sort = string.format, string.match, table.concat, table.sort
+local clock = os.clock
+local sethook, gethook = debug.sethook, debug.gethook
+local jit = rawget(_G, "jit")
+
+local sandbox = {}
+
+-- Defaults when the rules state none (crier.limits { ... } overrides).
+sandbox.default_limits = {
+    instructions = 50000000, -- VM instructions per call
+    time = 1.0,              -- seconds of CPU per call
+    memory = 256 * 1024 * 1024, -- bytes the Lua heap may grow during one call
+}
+
+local HOOK_EVERY = 1000
+
+local limit_mt = {
+    __tostring = function(e)
+        return e.message
+    end,
+}
+
+-- sandbox.is_limit_error(err): true for the error a limit raises.
+function sandbox.is_limit_error(err)
+    return getmetatable(err) == limit_mt
+end
+
+local units = { [""] = 1, B = 1, KB = 1024, MB = 1024 * 1024, GB = 1024 * 1024 * 1024 }
+local time_units = { ms = 0.001, s = 1, [""] = 1 }
+
+-- sandbox.parse_limits(spec): checks { instructions = n, time = "500ms"|seconds,
+-- memory = "128MB"|bytes } and returns a full limits table, or nil and a
+-- message naming the bad field.
+function sandbox.parse_limits(spec)
+    if type(spec) ~= "table" then
+        return nil, "limits must be a table { instructions = ..., time = ..., memory = ... }"
+    end
+    local out = {}
+    for k, v in pairs(sandbox.default_limits) do
+        out[k] = v
+    end
+    for k, v in pairs(spec) do
+        if k == "instructions" then
+            if type(v) ~= "number" or v < 1000 or v ~= v then
+                return nil, "limits.instructions must be a number of at least 1000"
+            end
+            out.instructions = v
+        elseif k == "time" then
+            local seconds = v
+            if type(v) == "string" then
+                local n, unit = match(v, "^(%d+%.?%d*)(m?s?)$")
+                seconds = n and time_units[unit] and tonumber(n) * time_units[unit]
+            end
+            if type(seconds) ~= "number" or seconds <= 0 or seconds > 60 then
+                return nil, "limits.time must be a duration from 1ms to 60s (\"200ms\", \"2s\" or seconds), got "
+                    .. tostring(v)
+            end
+            out.time = seconds
+        elseif k == "memory" then
+            local bytes = v
+            if type(v) == "string" then
+                local n, unit = match(v, "^(%d+)%s*(%u*)$")
+                bytes = n and units[unit] and tonumber(n) * units[unit]
+            end
+            if type(bytes) ~= "number" or bytes < 4 * 1024 * 1024 then
+                return nil, "limits.memory must be at least 4MB (\"64MB\", \"1GB\" or bytes), got " .. tostring(v)
+            end
+            out.memory = bytes
+        else
+            return nil, format("limits: unknown field '%s' (expected instructions, time, memory)", tostring(k))
+        end
+    end
+    return out
+end
+
+local function limit_error(message)
+    return setmetatable({ message = message }, limit_mt)
+end
+
+-- sandbox.run(limits, fn, handler, ...): like xpcall(fn, handler, ...) with
+-- the limits enforced. Returns what xpcall returns.
+--
+-- The memory limit bounds how much the heap grows during the call (in nginx
+-- the heap is shared with everything else in the worker, so its total says
+-- nothing about the rule); crier serve also caps its rules state's allocator.
+-- debug.sethook is global to the LuaJIT VM, not per coroutine: that is safe
+-- because rule code cannot yield (the sandbox gives it no coroutines and no
+-- ngx), so nothing else runs under the hook.
+function sandbox.run(limits, fn, handler, ...)
+    local budget = limits.instructions
+    local deadline = clock() + limits.time
+    local memory_kb = limits.memory / 1024
+    local base_kb = collectgarbage("count")
+    local used = 0
+    local tripped
+    local function hook()
+        if tripped then
+            error(tripped, 0) -- keep failing: a rule's pcall cannot swallow it
+        end
+        used = used + HOOK_EVERY
+        if used > budget then
+            tripped = limit_error(format("rule exceeded its instruction limit (%d instructions; raise it with "
+                .. "crier.limits { instructions = ... })", budget))
+        elseif clock() > deadline then
+            tripped = limit_error(format("rule exceeded its time limit (%gs; raise it with crier.limits "
+                .. "{ time = ... })", limits.time))
+        elseif collectgarbage("count") - base_kb > memory_kb then
+            -- over by the count: collect once to see whether it is garbage
+            collectgarbage()
+            local now_kb = collectgarbage("count")
+            if now_kb - base_kb > memory_kb then
+                tripped = limit_error(format("rule exceeded the memory limit (%d MB; raise it with crier.limits "
+                    .. "{ memory = ... })", limits.memory / (1024 * 1024)))
+            elseif now_kb < base_kb then
+                base_kb = now_kb
+            end
+        end
+        if tripped then
+            error(tripped, 0)
+        end
+    end
+    local old_hook, old_mask, old_count = gethook()
+    sethook(hook, "", HOOK_EVERY)
+    local results = { xpcall(fn, handler, ...) }
+    if old_hook then
+        sethook(old_hook, old_mask, old_count)
+    else
+        sethook()
+    end
+    if tripped and results[1] then
+        -- the limit tripped inside a pcall the rule made and the rule went on:
+        -- still a failure
+        return false, handler(tripped)
+    end
+    return unpack(results, 1, #results)
+end
+
+-- sandbox.protect(fn): keeps fn (and every function defined inside it) out of
+-- the JIT compiler so that the limits' hook runs in its loops.
+function sandbox.protect(fn)
+    if jit and jit.off then
+        jit.off(fn, true)
+    end
+    return fn
+end
+
+local function copy(t, except)
+    local c = {}
+    for k, v in pairs(t) do
+        if not (except and except[k]) then
+            c[k] = v
+        end
+    end
+    return c
+end
+
+-- pcall/xpcall for rules: a limit error passes through.
+local function safe_pcall(f, ...)
+    local n, results
+    local function pack(...)
+        n = select("#", ...)
+        results = { ... }
+    end
+    pack(pcall(f, ...))
+    if not results[1] and sandbox.is_limit_error(results[2]) then
+        error(results[2], 0)
+    end
+    return unpack(results, 1, n)
+end
+
+local function safe_xpcall(f, handler, ...)
+    local n, results
+    local function pack(...)
+        n = select("#", ...)
+        results = { ... }
+    end
+    pack(xpcall(f, function(e)
+        if sandbox.is_limit_error(e) then
+            return e
+        end
+        return handler(e)
+    end, ...))
+    if not results[1] and sandbox.is_limit_error(results[2]) then
+        error(results[2], 0)
+    end
+    return unpack(results, 1, n)
+end
+
+-- Only crier's own pure-Lua modules.
+local allowed_modules = {
+    crier = true, ["crier.json"] = true, ["crier.template"] = true, ["crier.testing"] = true,
+}
+
+local function safe_require(name)
+    if not allowed_modules[name] then
+        error(format("require %q is not allowed in rules (allowed: crier, crier.json, crier.template, "
+            .. "crier.testing)", tostring(name)), 2)
+    end
+    return require(name)
+end
+
+local function safe_getmetatable(v)
+    if type(v) == "string" then
+        return nil -- the string metatable is shared: not the rules' to change
+    end
+    return getmetatable(v)
+end
+
+-- sandbox.env(): a fresh environment for one generation's rule files.
+function sandbox.env()
+    local provided = {
+        assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs,
+        pcall = safe_pcall, xpcall = safe_xpcall, select = select, tonumber = tonumber,
+        tostring = tostring, type = type, unpack = unpack, rawequal = rawequal, rawget = rawget,
+        setmetatable = setmetatable, getmetatable = safe_getmetatable, require = safe_require,
+        string = copy(string, { dump = true }), table = copy(table), math = copy(math),
+        os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime },
+        _VERSION = _VERSION,
+    }
+    local names = {}
+    for k in pairs(provided) do
+        names[#names + 1] = k
+    end
+    sort(names)
+    local list = concat(names, ", ")
+    local env = setmetatable({}, {
+        __index = function(_, k)
+            local v = provided[k]
+            if v == nil and k ~= "_G" then
+                error(format("global '%s' is not available to rules (the sandbox provides: %s)", tostring(k),
+                    list), 2)
+            end
+            return v
+        end,
+        __newindex = function(_, k)
+            error(format("rules may not set global '%s': declare it local (globals would leak between events)",
+                tostring(k)), 2)
+        end,
+        __metatable = false,
+    })
+    provided._G = env
+    return env
+end
+
+return sandbox
