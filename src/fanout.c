@@ -72,7 +72,7 @@ struct crier_fanout {
     uint64_t batch_deliveries;
 
     /* Parameter arrays of the statements in flight (kept until the callback). */
-    crier_pg_array cols[22];
+    crier_pg_array cols[23];
     crier_pg_params params;
     char limit_text[24];
     char max_attempts_text[24];
@@ -97,7 +97,8 @@ static const char SQL_LOCK[] =
  * $15     ids of events done
  * $16..$18 failed events: id, error, permanent
  * $19     max attempts
- * $20..$23 deliveries, continued: subject, html, sender, retry schedule ("{0,5,300}" or NULL) */
+ * $20..$24 deliveries, continued: subject, html, sender, retry schedule ("{0,5,300}" or NULL),
+ *          honor preferences (false: required type or the rule ignores them) */
 static const char SQL_WRITE[] =
     "WITH ins AS ("
     "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"
@@ -106,16 +107,24 @@ static const char SQL_WRITE[] =
     "      $6::text[], $7::text[], $8::text[])"
     "      AS p(key_hash, key, event_id, tenant, event_type, entity_id, recipient_id, discriminator)"
     "  ON CONFLICT (key_hash) DO NOTHING"
-    "  RETURNING n.id, n.key_hash, n.tenant"
+    "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type"
     "), dlv AS ("
     "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
-    "      subject, html, sender, retry_schedule)"
+    "      subject, html, sender, retry_schedule, state, last_error)"
     "  SELECT ins.id, ins.tenant, d.channel, 'msg_' || replace(ins.key_hash::text, '-', ''),"
-    "      d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry::int[]"
+    "      d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry::int[],"
+    "      CASE WHEN pref.enabled = false THEN 'suppressed' ELSE 'pending' END,"
+    "      CASE WHEN pref.enabled = false THEN 'suppressed by the recipient''s preference (event type '"
+    "          || pref.event_type || ', channel ' || pref.channel || ')' END"
     "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[],"
-    "      $21::text[], $22::text[], $23::text[])"
-    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry)"
+    "      $21::text[], $22::text[], $23::text[], $24::bool[])"
+    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor)"
     "  JOIN ins ON ins.key_hash = d.key_hash"
+    "  LEFT JOIN LATERAL ("
+    "      SELECT p.enabled, p.event_type, p.channel FROM crier.preferences p"
+    "      WHERE d.honor AND p.tenant = ins.tenant AND p.recipient_id = ins.recipient_id"
+    "        AND p.event_type IN (ins.event_type, '*') AND p.channel IN (d.channel, '*')"
+    "      ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) pref ON true"
     "  RETURNING 1"
     "), done AS ("
     "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
@@ -286,14 +295,14 @@ static void fanout_plan_and_write(crier_fanout *f)
 
     /* Column i is parameter $(i+1) for i < 18 and $(i+2) after: $9 (rules
      * version) and $19 (max attempts) are text parameters, so cols[8] is unused. */
-    static const uint32_t types[22] = {
+    static const uint32_t types[23] = {
         CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, 0,             CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL,
-        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT};
+        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL};
 
     crier_plan_reset(&f->plan);
-    for (int i = 0; i < 22; i++)
+    for (int i = 0; i < 23; i++)
         if (types[i])
             crier_pg_array_begin(&c[i], types[i]);
 
@@ -356,6 +365,7 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_array_add_str(&c[19], pd->html);
             crier_pg_array_add_str(&c[20], pd->sender);
             crier_pg_array_add_str(&c[21], pd->retry);
+            crier_pg_array_add_bool(&c[22], pd->honor_preferences);
         }
     }
 
@@ -368,7 +378,7 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_params_text(&f->params, crier_rules_version(f->rules));
     }
     crier_pg_params_text(&f->params, f->max_attempts_text);
-    for (int i = 18; i < 22; i++)
+    for (int i = 18; i < 23; i++)
         crier_pg_params_array(&f->params, &c[i]);
     fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }

@@ -641,6 +641,9 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             d->html = html;
             d->sender = sender;
             d->retry = retry;
+            lua_getfield(L, -1, "honor_preferences");
+            d->honor_preferences = lua_isnil(L, -1) || lua_toboolean(L, -1);
+            lua_pop(L, 1);
             lua_pop(L, 1);
         }
         lua_pop(L, 2); /* deliveries, entry */

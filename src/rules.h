@@ -4,6 +4,7 @@
 #ifndef CRIER_RULES_H
 #define CRIER_RULES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,8 @@ typedef struct {
     const char *sender;  /* email From address, or NULL for the configured default */
     const char *retry;   /* retry schedule as a PostgreSQL int[] literal "{0,5,300}", or NULL
                             for the channel's default */
+    bool honor_preferences; /* false when the event type is required or the rule ignores
+                               preferences: the recipient's stored opt-outs do not apply */
 } crier_plan_delivery;
 
 /* One planned notification: one recipient of one event. */

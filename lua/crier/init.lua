@@ -99,6 +99,10 @@ local function check_fields(registry, at, what, spec, allowed)
     end
 end
 
+local function describe_value(v)
+    return type(v) == "string" and format("%q", v) or tostring(v)
+end
+
 local function is_list(v)
     return type(v) == "table" and (next(v) == nil or json.is_array(v))
 end
@@ -200,7 +204,7 @@ crier.payload_types = {
     string = true, number = true, integer = true, boolean = true, table = true, array = true,
 }
 
-local event_type_fields = { description = true, payload = true, retry = true }
+local event_type_fields = { description = true, payload = true, retry = true, required = true }
 
 -- crier.event_type(name) { description = "...", payload = { field = "type" } }
 -- Declares an event type in the generation being loaded. payload maps each
@@ -258,7 +262,12 @@ function crier.event_type(name)
             description = spec.description,
             fields = fields,
             retry = spec.retry ~= nil and parse_retry_by_channel(registry, at, what, spec.retry) or {},
+            required = spec.required == true,
         }
+        if spec.required ~= nil and type(spec.required) ~= "boolean" then
+            problem(registry, at, what .. ": required must be true or false (true: recipients' preferences "
+                .. "cannot mute it)")
+        end
         registry.event_type_order[#registry.event_type_order + 1] = name
     end
 end
@@ -550,11 +559,36 @@ crier.channel_kinds = {
 }
 
 ---------------------------------------------------------------------------
+-- Preferences
+
+-- crier.preference_allows(prefs, event_type, channel): whether stored
+-- preferences let a notification of event_type reach a recipient on channel.
+-- prefs is a list of { event_type = name|"*", channel = name|"*", enabled =
+-- bool }; the most specific matching entry decides — (type, channel), then
+-- (type, *), then (*, channel), then (*, *) — and none means allowed. The
+-- engine applies the same rule in SQL (crier.preferences) when it writes
+-- deliveries; this is for crier.testing and crier try.
+function crier.preference_allows(prefs, event_type, channel)
+    local best, best_rank
+    for _, p in ipairs(prefs or {}) do
+        local et, ch = p.event_type or "*", p.channel or "*"
+        if (et == "*" or et == event_type) and (ch == "*" or ch == channel) then
+            local rank = (et ~= "*" and 2 or 0) + (ch ~= "*" and 1 or 0)
+            if not best_rank or rank > best_rank then
+                best, best_rank = p, rank
+            end
+        end
+    end
+    return best == nil or best.enabled ~= false
+end
+
+---------------------------------------------------------------------------
 -- Rules
 
 -- Fields a rule may have besides one block per channel kind.
 local rule_fields = {
-    description = true, recipients = true, channels = true, discriminator = true,
+    description = true, recipients = true, channels = true, discriminator = true, preferences = true,
+    mode = true,
 }
 
 local function allowed_rule_fields()
@@ -633,6 +667,14 @@ function crier.rule(event_type)
         if spec.description ~= nil and type(spec.description) ~= "string" then
             report("description must be a string")
         end
+        if spec.preferences ~= nil and spec.preferences ~= "honor" and spec.preferences ~= "ignore" then
+            report("preferences must be \"honor\" (the default) or \"ignore\" (deliver even to recipients "
+                .. "who muted this), got " .. describe_value(spec.preferences))
+        end
+        if spec.mode ~= nil and spec.mode ~= "write" and spec.mode ~= "read" then
+            report("mode must be \"write\" (a notification per recipient, the default) or \"read\" (stored "
+                .. "once for an audience, fanned out when read), got " .. describe_value(spec.mode))
+        end
 
         local configs = {}
         for kind, def in pairs(crier.channel_kinds) do
@@ -672,6 +714,8 @@ function crier.rule(event_type)
             channels = channels,
             discriminator = discriminator,
             configs = configs,
+            preferences = spec.preferences or "honor",
+            mode = spec.mode or "write",
         }
         registry.rule_order[#registry.rule_order + 1] = event_type
     end

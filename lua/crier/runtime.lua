@@ -365,12 +365,15 @@ local function deliveries_for(rule, event, recipient)
         if not seen[name] then
             seen[name] = true
             local d = kind.deliver(config, event, recipient, fail)
+            local registry = crier._registry()
+            local et = registry.event_types[event.type]
             -- retry: the channel block's, else the event type's, else crier.retry's
             if d.retry_literal == nil then
-                local registry = crier._registry()
-                local et = registry.event_types[event.type]
                 d.retry_literal = (et and et.retry[name]) or registry.retry[name]
             end
+            -- stored preferences apply unless the type is required or the rule
+            -- says preferences = "ignore"
+            d.honor_preferences = not ((et and et.required) or rule.preferences == "ignore")
             deliveries[#deliveries + 1] = d
         end
     end

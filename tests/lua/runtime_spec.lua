@@ -89,7 +89,7 @@ describe("crier.runtime.new_generation", function()
                 .. "(declare it with crier.event_type \"ghost\" { ... })",
             "/rules/b.lua:1: unexpected symbol near '='",
             "/rules/c.lua:3: rule 'thing': unknown field 'webhok' (expected one of: channels, description, "
-                .. "discriminator, email, kafka, recipients, webhook)",
+                .. "discriminator, email, kafka, mode, preferences, recipients, webhook)",
             "/rules/c.lua:3: rule 'thing': unknown channel 'sms' (known: email, kafka, webhook)",
             "/rules/d.lua:1: plain failure",
             "/rules/e.lua: (error object is a table value)",
@@ -274,11 +274,11 @@ describe("gen:plan", function()
         local plan = gen:plan(event("thing", { name = "x" }))
         assert.are.same({
             { recipient = "alice", deliveries = { { channel = "webhook", url = "http://hooks.test/x",
-                target = "http://hooks.test/x",
+                target = "http://hooks.test/x", honor_preferences = true,
                 body = '{"entity_id":"e1","event_id":1,"payload":{"name":"x"},"recipient":"alice",'
                     .. '"tenant":"acme","type":"thing"}' } } },
             { recipient = "bob", deliveries = { { channel = "webhook", url = "http://hooks.test/x",
-                target = "http://hooks.test/x",
+                target = "http://hooks.test/x", honor_preferences = true,
                 body = '{"entity_id":"e1","event_id":1,"payload":{"name":"x"},"recipient":"bob",'
                     .. '"tenant":"acme","type":"thing"}' } } },
         }, plan)
@@ -401,5 +401,46 @@ recipients = function(event) event.payload.name = (event.payload.name or "") .. 
 ]] .. basic_hook))
         assert.are.equal("x!", gen:plan(event("thing", { name = "x" }))[1].recipient)
         assert.are.equal("x!", gen:plan(event("thing", { name = "x" }))[1].recipient)
+    end)
+end)
+
+describe("preferences", function()
+    it("lets the most specific stored preference decide", function()
+        local prefs = {
+            { event_type = "*", channel = "*", enabled = false },
+            { event_type = "news", channel = "webhook", enabled = true },
+            { event_type = "news", channel = "*", enabled = false },
+            { event_type = "*", channel = "email", enabled = true },
+        }
+        assert.is_true(crier.preference_allows(prefs, "news", "webhook"))
+        assert.is_false(crier.preference_allows(prefs, "news", "email"))
+        assert.is_true(crier.preference_allows(prefs, "billing", "email"))
+        assert.is_false(crier.preference_allows(prefs, "billing", "kafka"))
+        assert.is_true(crier.preference_allows({}, "news", "webhook"))
+        assert.is_true(crier.preference_allows(nil, "news", "webhook"))
+    end)
+
+    it("marks deliveries of required types and ignoring rules as not subject to preferences", function()
+        local gen = must_load('local crier = require "crier"\n'
+            .. 'crier.event_type "a" { payload = {}, required = true }\n'
+            .. 'crier.event_type "b" { payload = {} }\n'
+            .. 'crier.event_type "c" { payload = {} }\n'
+            .. 'crier.rule "a" { recipients = { "x" }, ' .. basic_hook .. ' }\n'
+            .. 'crier.rule "b" { recipients = { "x" }, ' .. basic_hook .. ' }\n'
+            .. 'crier.rule "c" { recipients = { "x" }, preferences = "ignore", ' .. basic_hook .. ' }\n')
+        local function honors(t)
+            return gen:plan(event(t, {}))[1].deliveries[1].honor_preferences
+        end
+        assert.is_false(honors("a"))
+        assert.is_true(honors("b"))
+        assert.is_false(honors("c"))
+    end)
+
+    it("refuses a preferences value other than honor or ignore, and a non-boolean required", function()
+        local _, err = runtime.new_generation({ { path = "/r.lua", source = 'local crier = require "crier"\n'
+            .. 'crier.event_type "a" { payload = {}, required = "yes" }\n'
+            .. 'crier.rule "a" { recipients = {}, preferences = "skip", ' .. basic_hook .. ' }\n' } })
+        assert.matches("required must be true or false", err, 1, true)
+        assert.matches('preferences must be "honor"', err, 1, true)
     end)
 end)
