@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "log.h"
+#include "rules_query.h"
 
 #include <ev.h>
 #include <limits.h>
@@ -40,6 +41,7 @@ typedef struct {
     bool status_dirty, status_error_dirty;
     char worker[300], loaded_at[40], error_at[40], ok_text[16], failed_text[16];
     crier_pg_params status_params;
+    crier_rules_query *query; /* crier.query's read-only connection */
 } engine;
 
 static const char SQL_STATUS[] =
@@ -233,6 +235,7 @@ static void engine_reload(engine *e, const char *why)
         return;
     }
     e->reloads_ok++;
+    crier_rules_set_query(rules, crier_rules_query_run, e->query);
     snprintf(e->version, sizeof e->version, "%s", crier_rules_version(rules));
     engine_now_text(e->loaded_at, sizeof e->loaded_at);
     e->last_error[0] = '\0';
@@ -331,6 +334,12 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     crier_info("rules", "loaded %s: version %.12s", cfg->rules_dir, crier_rules_version(rules));
     snprintf(e.version, sizeof e.version, "%s", crier_rules_version(rules));
     engine_now_text(e.loaded_at, sizeof e.loaded_at);
+    e.query = crier_rules_query_new(cfg->conninfo, 0);
+    if (!e.query) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
+    crier_rules_set_query(rules, crier_rules_query_run, e.query);
     {
         char host[256] = "localhost";
         gethostname(host, sizeof host - 1);
@@ -449,5 +458,6 @@ out:
     crier_pg_free(e.pg_listen);
     crier_pg_free(e.pg_delivery);
     crier_pg_free(e.pg_fanout);
+    crier_rules_query_free(e.query);
     return rc;
 }

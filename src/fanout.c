@@ -35,6 +35,7 @@ typedef enum {
 typedef struct {
     int64_t id;
     size_t tenant, event_type, entity_id, payload; /* offsets into strings */
+    size_t cursor; /* offset of the page cursor, or SIZE_MAX (first page / not paged) */
     int attempts;
     int64_t lock_key;
     bool locked;
@@ -72,7 +73,7 @@ struct crier_fanout {
     uint64_t batch_deliveries;
 
     /* Parameter arrays of the statements in flight (kept until the callback). */
-    crier_pg_array cols[23];
+    crier_pg_array cols[25];
     crier_pg_params params;
     char limit_text[24];
     char max_attempts_text[24];
@@ -81,7 +82,7 @@ struct crier_fanout {
 };
 
 static const char SQL_CLAIM[] =
-    "SELECT id, tenant, event_type, entity_id, payload::text, attempts"
+    "SELECT id, tenant, event_type, entity_id, payload::text, attempts, cursor"
     " FROM crier.events WHERE state = 'pending' AND available_at <= now()"
     " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 
@@ -98,7 +99,8 @@ static const char SQL_LOCK[] =
  * $16..$18 failed events: id, error, permanent
  * $19     max attempts
  * $20..$24 deliveries, continued: subject, html, sender, retry schedule ("{0,5,300}" or NULL),
- *          honor preferences (false: required type or the rule ignores them) */
+ *          honor preferences (false: required type or the rule ignores them)
+ * $25..$26 events with more pages of audience: id, cursor of the next page */
 static const char SQL_WRITE[] =
     "WITH ins AS ("
     "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"
@@ -128,8 +130,14 @@ static const char SQL_WRITE[] =
     "  RETURNING 1"
     "), done AS ("
     "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
-    "      rules_version = $9, last_error = NULL"
+    "      rules_version = $9, last_error = NULL, pages = pages + 1"
     "  WHERE id = ANY($15::bigint[])"
+    "  RETURNING 1"
+    "), more AS ("
+    "  UPDATE crier.events AS e SET cursor = m.cursor, pages = e.pages + 1, rules_version = $9,"
+    "      last_error = NULL"
+    "  FROM unnest($25::bigint[], $26::text[]) AS m(id, cursor)"
+    "  WHERE e.id = m.id"
     "  RETURNING 1"
     "), failed AS ("
     "  UPDATE crier.events AS e SET attempts = e.attempts + 1, last_error = f.error,"
@@ -226,6 +234,9 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
         e->entity_id = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3));
         e->payload = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 4), (size_t)PQgetlength(res, i, 4));
         e->attempts = atoi(PQgetvalue(res, i, 5));
+        e->cursor = PQgetisnull(res, i, 6)
+                        ? SIZE_MAX
+                        : crier_strbuf_add(&f->strings, PQgetvalue(res, i, 6), (size_t)PQgetlength(res, i, 6));
         e->locked = false;
         e->lock_key = crier_key_lock(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3));
         crier_pg_array_add_int64(&f->cols[0], e->id);
@@ -295,14 +306,15 @@ static void fanout_plan_and_write(crier_fanout *f)
 
     /* Column i is parameter $(i+1) for i < 18 and $(i+2) after: $9 (rules
      * version) and $19 (max attempts) are text parameters, so cols[8] is unused. */
-    static const uint32_t types[23] = {
+    static const uint32_t types[25] = {
         CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, 0,             CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL,
-        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL};
+        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL, CRIER_PG_INT8,
+        CRIER_PG_TEXT};
 
     crier_plan_reset(&f->plan);
-    for (int i = 0; i < 23; i++)
+    for (int i = 0; i < 25; i++)
         if (types[i])
             crier_pg_array_begin(&c[i], types[i]);
 
@@ -316,9 +328,18 @@ static void fanout_plan_and_write(crier_fanout *f)
             .event_type = crier_strbuf_at(&f->strings, e->event_type),
             .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
             .payload_json = crier_strbuf_at(&f->strings, e->payload),
+            .cursor = e->cursor == SIZE_MAX ? NULL : crier_strbuf_at(&f->strings, e->cursor),
             .slot = i,
         };
         crier_plan_status st = crier_rules_plan(f->rules, &ev, &f->plan, err, sizeof err);
+        if (st == CRIER_PLAN_OK && f->plan.next_cursor) {
+            /* one page of a large audience: the event stays pending, and the
+             * next batch continues from the cursor committed with this page */
+            crier_pg_array_add_int64(&c[23], e->id);
+            crier_pg_array_add_str(&c[24], f->plan.next_cursor);
+            f->stats.pages++;
+            continue;
+        }
         if (st == CRIER_PLAN_OK) {
             crier_pg_array_add_int64(&c[14], e->id);
             continue;
@@ -378,7 +399,7 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_params_text(&f->params, crier_rules_version(f->rules));
     }
     crier_pg_params_text(&f->params, f->max_attempts_text);
-    for (int i = 18; i < 23; i++)
+    for (int i = 18; i < 25; i++)
         crier_pg_params_array(&f->params, &c[i]);
     fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }
@@ -461,7 +482,8 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         if (f->batch_deliveries && f->committed)
             f->committed(f->committed_ud, f->batch_deliveries);
         f->batch_deliveries = 0;
-        if (f->batch_full)
+        /* more is due at once: the batch was full, or an audience has pages left */
+        if (f->batch_full || f->cols[23].count > 0)
             f->kicked = true;
         fanout_step(f);
         break;

@@ -30,6 +30,7 @@ typedef struct {
     uint64_t notifications_created;
     uint64_t notifications_duplicate;
     uint64_t deliveries_created;
+    uint64_t pages;          /* pages of paged audiences written with more to come */
 } crier_fanout_stats;
 
 /* Called after each committed batch that created deliveries. */

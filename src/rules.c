@@ -4,6 +4,8 @@
  * through it, copying the results into the caller's plan accumulator. */
 #include "rules.h"
 
+#include <libpq-fe.h>
+
 #include "log.h"
 
 #include <dirent.h>
@@ -35,6 +37,8 @@ struct crier_rules {
     size_t n_files;
     char version[65];
     rules_memory memory;
+    crier_rules_query_fn query_fn;
+    void *query_ud;
 };
 
 /* Heap allowed while loading, before the rules state their own limit. */
@@ -708,7 +712,12 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
     lua_setfield(L, -2, "entity_id");
     lua_pushstring(L, ev->payload_json ? ev->payload_json : "{}");
     lua_setfield(L, -2, "payload_json");
+    if (ev->cursor) {
+        lua_pushstring(L, ev->cursor);
+        lua_setfield(L, -2, "cursor");
+    }
 
+    plan->next_cursor = NULL;
     status = rules_pcall(L, 2, 3);
     if (status != 0) {
         crier_set_error(err, err_len, "%s", lua_error_text(L, status));
@@ -720,10 +729,86 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
         if (append_plan(L, ev->slot, plan, err, err_len) != 0) {
             plan_rollback(plan, mark);
             result = CRIER_PLAN_RULE_ERROR;
+        } else {
+            size_t len;
+            const char *next;
+            lua_getfield(L, -1, "next_cursor");
+            next = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+            if (next && !(plan->next_cursor = plan_store(plan, next, len))) {
+                plan_rollback(plan, mark);
+                crier_set_error(err, err_len, "out of memory while copying the plan");
+                result = CRIER_PLAN_RULE_ERROR;
+            }
         }
     }
     lua_settop(L, base);
     return result;
+}
+
+/* The Lua side of crier.query in the engine: (name, sql, params, n) -> rows
+ * (a list of { column = value }, NULL columns absent) or nil, err. */
+static int rules_query_backend(lua_State *L)
+{
+    crier_rules *rules = lua_touserdata(L, lua_upvalueindex(1));
+    const char *sql = luaL_checkstring(L, 2);
+    int n = (int)luaL_optinteger(L, 4, 0);
+    const char *values[64];
+    char err[1024];
+
+    if (!rules->query_fn) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "no database is configured for queries");
+        return 2;
+    }
+    if (n < 0 || n > 64) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "too many parameters (at most 64)");
+        return 2;
+    }
+    luaL_checktype(L, 3, LUA_TTABLE);
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 3, i + 1);
+        values[i] = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
+        lua_pop(L, 1); /* the strings stay referenced by the params table */
+    }
+    PGresult *res = rules->query_fn(rules->query_ud, sql, n, values, err, sizeof err);
+    if (!res) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    int rows = PQntuples(res), cols = PQnfields(res);
+    lua_createtable(L, rows, 0);
+    for (int r = 0; r < rows; r++) {
+        lua_createtable(L, 0, cols);
+        for (int c = 0; c < cols; c++) {
+            if (PQgetisnull(res, r, c))
+                continue;
+            lua_pushlstring(L, PQgetvalue(res, r, c), (size_t)PQgetlength(res, r, c));
+            lua_setfield(L, -2, PQfname(res, c));
+        }
+        lua_rawseti(L, -2, r + 1);
+    }
+    PQclear(res);
+    return 1;
+}
+
+void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    rules->query_fn = fn;
+    rules->query_ud = ud;
+    push_method(rules, "set_query_backend");
+    if (fn) {
+        lua_pushlightuserdata(L, rules);
+        lua_pushcclosure(L, rules_query_backend, 1);
+    } else {
+        lua_pushnil(L);
+    }
+    if (rules_pcall(L, 2, 0) != 0)
+        crier_error("rules", "cannot set the query backend: %s", lua_tostring(L, -1));
+    lua_settop(L, base);
 }
 
 crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_type,

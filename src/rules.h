@@ -22,6 +22,7 @@ typedef struct {
     const char *event_type;
     const char *entity_id;
     const char *payload_json; /* JSON object text */
+    const char *cursor;       /* paged audiences (crier.pages): where this page starts, NULL for the first */
     size_t slot;              /* caller's index for this event; copied into the plan rows */
 } crier_rule_event;
 
@@ -60,6 +61,9 @@ typedef struct {
     char **blocks; /* string storage */
     size_t n_blocks, cap_blocks;
     size_t block_used, block_size;
+    /* Set by each crier_rules_plan: the cursor of the event's next page when
+     * its audience is paged and more remains, else NULL. */
+    const char *next_cursor;
 } crier_plan;
 
 typedef enum {
@@ -89,6 +93,16 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
  * (used at intake). Returns CRIER_PLAN_OK or the failing status with err set. */
 crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_type,
                                        const char *payload_json, char *err, size_t err_len);
+
+/* How crier.query runs: sql with n text parameters (NULL values are SQL
+ * NULL), read-only. Returns a PGresult with the rows (the caller clears it),
+ * or NULL with err set. */
+typedef struct pg_result *(*crier_rules_query_fn)(void *ud, const char *sql, int n, const char *const *values,
+                                                  char *err, size_t err_len);
+
+/* Gives the generation's crier.query objects a backend (fn NULL: none, and a
+ * rule that queries fails with an error saying so). */
+void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud);
 
 /* Empties plan, keeping its memory for reuse. */
 void crier_plan_reset(crier_plan *plan);

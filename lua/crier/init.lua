@@ -8,8 +8,8 @@
 local json = require "crier.json"
 local template = require "crier.template"
 
-local type, pairs, ipairs, next, tostring, error, select, setmetatable =
-    type, pairs, ipairs, next, tostring, error, select, setmetatable
+local type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable =
+    type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable
 local find, format, match, sub = string.find, string.format, string.match, string.sub
 local sort, concat = table.sort, table.concat
 local getinfo = debug.getinfo
@@ -559,6 +559,119 @@ crier.channel_kinds = {
 }
 
 ---------------------------------------------------------------------------
+-- Queries and pages
+
+-- The backend that runs queries: set per generation by the embedder
+-- (crier serve and crier try: PostgreSQL, read-only; crier.testing: a fake
+-- directory). function(name, sql, params) -> rows (a list of { column =
+-- value } with string values) or nil, err.
+local query_mt = { __index = {} }
+crier.query_mt = query_mt
+
+-- crier.query(name, sql): declares a read-only, parameterised query at load
+-- time; call the returned object with the parameters ($1, $2, …) while a rule
+-- runs: members(event.payload.team) -> rows. The SQL text is fixed when the
+-- rules load — event data reaches the database only as parameters, never as
+-- SQL. The engine runs it on a read-only connection with a statement timeout.
+function crier.query(name, sql)
+    local registry = loading_registry("crier.query")
+    local at = where(2)
+    if type(name) ~= "string" or not find(name, "^[%a_][%w_%.%-]*$") then
+        error("crier.query: name must be a string like \"team_members\", got " .. describe_value(name), 2)
+    end
+    if type(sql) ~= "string" or not find(sql, "%S") then
+        error(format("crier.query \"%s\": sql must be a non-empty string", name), 2)
+    end
+    local n = 0
+    for d in string.gmatch(sql, "%$(%d+)") do
+        n = math.max(n, tonumber(d))
+    end
+    if registry.queries[name] then
+        problem(registry, at, format("crier.query \"%s\" is declared twice (first at %s)", name,
+            registry.queries[name].where))
+    end
+    local q = setmetatable({ name = name, sql = sql, n_params = n, where = at }, query_mt)
+    registry.queries[name] = q
+    return q
+end
+
+-- Runs a declared query with params (a list); used by calling the query object.
+-- page (crier.pages only) tells a fake backend which page is wanted.
+function crier.run_query(q, params, page)
+    local registry = current
+    if not registry or registry.phase ~= "run" then
+        error(format("crier.query \"%s\" can only run while a rule runs, not while rules load", q.name), 3)
+    end
+    local backend = registry.query_backend
+    if not backend then
+        error(format("crier.query \"%s\": no database is available here (crier try --no-db, or "
+            .. "crier.testing without a directory entry for it)", q.name), 3)
+    end
+    local values = {}
+    for i = 1, q.n_params do
+        local v = params[i]
+        local t = type(v)
+        if t == "number" then
+            v = json.format_number(v) or tostring(v)
+        elseif t == "boolean" then
+            v = v and "true" or "false"
+        elseif v ~= nil and t ~= "string" then
+            error(format("crier.query \"%s\": parameter $%d is a %s; pass strings, numbers, booleans or nil",
+                q.name, i, t), 3)
+        end
+        values[i] = v
+    end
+    local rows, err = backend(q.name, q.sql, values, q.n_params, page)
+    if not rows then
+        error(format("crier.query \"%s\" failed: %s", q.name, tostring(err)), 3)
+    end
+    return rows
+end
+
+query_mt.__call = function(q, ...)
+    return crier.run_query(q, { ... })
+end
+
+local pages_mt = {}
+crier.pages_mt = pages_mt
+
+-- crier.pages { query = q, params = function(event) return { ... } end,
+--               cursor = "id", first = "", page_size = 1000 }
+-- Recipients for large audiences, fetched and fanned out one page per batch
+-- (flat memory, no transaction held for the whole audience, resumed after a
+-- crash from the last committed page). q's SQL takes the params, then the
+-- cursor ($n+1: the cursor column's value in the last row of the previous
+-- page, or first) and the page size ($n+2), and must order by the cursor:
+--   SELECT user_id AS id, email FROM members WHERE org = $1 AND user_id > $2
+--   ORDER BY user_id LIMIT $3
+function crier.pages(spec)
+    local registry = loading_registry("crier.pages")
+    local at = where(2)
+    if type(spec) ~= "table" or getmetatable(spec.query) ~= query_mt then
+        error("crier.pages: expected { query = crier.query(...), params = function(event) ... end, "
+            .. "cursor = \"id\", page_size = 1000 }", 2)
+    end
+    local size = spec.page_size or 1000
+    if type(size) ~= "number" or size < 1 or size > 100000 or size ~= math.floor(size) then
+        problem(registry, at, "crier.pages: page_size must be a whole number from 1 to 100000")
+    end
+    if spec.params ~= nil and type(spec.params) ~= "function" then
+        problem(registry, at, "crier.pages: params must be a function(event) returning a list")
+    end
+    if spec.cursor ~= nil and type(spec.cursor) ~= "string" then
+        problem(registry, at, "crier.pages: cursor must be the name of a column of the query")
+    end
+    for k in pairs(spec) do
+        if k ~= "query" and k ~= "params" and k ~= "cursor" and k ~= "first" and k ~= "page_size" then
+            problem(registry, at, format("crier.pages: unknown field '%s' (expected query, params, cursor, "
+                .. "first, page_size)", tostring(k)))
+        end
+    end
+    return setmetatable({ query = spec.query, params = spec.params, cursor = spec.cursor or "id",
+        first = spec.first ~= nil and tostring(spec.first) or "", page_size = size }, pages_mt)
+end
+
+---------------------------------------------------------------------------
 -- Preferences
 
 -- crier.preference_allows(prefs, event_type, channel): whether stored
@@ -635,8 +748,9 @@ function crier.rule(event_type)
         local recipients = spec.recipients
         if recipients == nil then
             report("recipients is required (a list of ids or a function(event))")
-        elseif type(recipients) ~= "function" and not is_list(recipients) then
-            report("recipients must be a list or a function(event), got " .. type(recipients))
+        elseif type(recipients) ~= "function" and not is_list(recipients)
+            and getmetatable(recipients) ~= pages_mt then
+            report("recipients must be a list, a function(event) or crier.pages { ... }, got " .. type(recipients))
         end
 
         local channels = spec.channels

@@ -14,6 +14,7 @@ local type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmet
 local find, format, gsub, sub, match = string.find, string.format, string.gsub, string.sub, string.match
 local concat, sort = table.concat, table.sort
 local floor, huge = math.floor, math.huge
+local unpack = unpack
 local traceback = debug.traceback
 
 local null, array_mt = json.null, json.array_mt
@@ -152,6 +153,7 @@ function runtime.new_generation(files, settings)
         rule_order = {},
         problems = {},
         retry = {},
+        queries = {},
         limits = sandbox.default_limits,
         env = sandbox.env(),
     }
@@ -382,9 +384,43 @@ end
 
 local no_discriminator = {}
 
+-- One page of a paged audience: its rows, and the cursor of the next page
+-- (nil when this page was the last).
+local function next_page(rule, pages, event)
+    local params = {}
+    if pages.params then
+        params = pages.params(event)
+        if type(params) ~= "table" then
+            rule_fail(rule, "pages.params returned " .. type(params) .. "; expected a list")
+        end
+    end
+    local q = pages.query
+    local n = q.n_params - 2
+    local values = {}
+    for i = 1, n do
+        values[i] = params[i]
+    end
+    values[n + 1] = event.cursor or pages.first
+    values[n + 2] = pages.page_size
+    local rows = crier.run_query(q, values,
+        { cursor = pages.cursor, after = values[n + 1], limit = pages.page_size })
+    local next_cursor
+    if #rows >= pages.page_size then
+        next_cursor = rows[#rows][pages.cursor]
+        if next_cursor == nil then
+            rule_fail(rule, format("pages: the query's rows have no column %q to continue from", pages.cursor))
+        end
+        next_cursor = tostring(next_cursor)
+    end
+    return rows, next_cursor
+end
+
 local function run_rule(rule, event)
     local list = rule.recipients
-    if type(list) == "function" then
+    local next_cursor
+    if getmetatable(list) == crier.pages_mt then
+        list, next_cursor = next_page(rule, list, event)
+    elseif type(list) == "function" then
         list = list(event)
         if list == nil then
             list = {}
@@ -413,16 +449,20 @@ local function run_rule(rule, event)
             plan[#plan + 1] = entry
         end
     end
+    plan.next_cursor = next_cursor
     return plan
 end
 
 -- gen:plan(event): runs one event through the generation. event is
 -- { id = number, tenant = string, type = string, entity_id = string,
--- payload_json = string }. Returns the plan, an array (in recipient order,
+-- payload_json = string, cursor = nil|string (the page to continue from, for
+-- rules with crier.pages) }. Returns the plan, an array (in recipient order,
 -- one entry per distinct recipient + discriminator) of
 --   { recipient = "id", discriminator = nil|"...", deliveries = {
 --       { channel = "webhook", url = "...", body = "<json>", secret = nil|"..." } } }
--- (an event type without a rule plans nobody: {}), or nil, err, code with code
+-- (an event type without a rule plans nobody: {}); plan.next_cursor is set when
+-- a paged audience has more pages (plan the event again with cursor = it);
+-- or nil, err, code with code
 -- "unknown_event_type", "invalid_payload" or "rule_error" (rule errors carry
 -- a traceback). A non-table event raises.
 function Generation:plan(event)
@@ -448,6 +488,7 @@ function Generation:plan(event)
         type = event.type,
         entity_id = event.entity_id,
         payload = payload,
+        cursor = event.cursor,
     }
     local previous = crier._set_registry(registry)
     local ok, result = sandbox.run(registry.limits, run_rule, on_rule_error, rule, ev)
@@ -479,6 +520,55 @@ function Generation:validate(type_name, payload_json)
         return nil, err, "invalid_payload"
     end
     return true
+end
+
+-- gen:set_query_backend(fn): how this generation's crier.query objects run:
+-- fn(name, sql, params, n_params, page) -> rows (list of { column = value }) or
+-- nil, err; page is { cursor = column, after = value, limit = n } when the
+-- call fetches a page of crier.pages (a fake backend uses it; SQL already
+-- has it as its last two parameters).
+function Generation:set_query_backend(fn)
+    if fn ~= nil and type(fn) ~= "function" then
+        error("gen:set_query_backend: expected a function or nil", 2)
+    end
+    self.registry.query_backend = fn
+end
+
+-- runtime.fake_query_backend(queries): a backend for tests and crier try
+-- --no-db: queries maps a query's name to its rows (a list of { column =
+-- value }) or to a function(...) returning them; pages are cut from the rows
+-- by the cursor column (rows sorted by it, those after the cursor, up to the
+-- page size). A query without an entry fails with a message naming it.
+function runtime.fake_query_backend(queries)
+    if type(queries) ~= "table" then
+        error("runtime.fake_query_backend: expected a table of name = rows", 2)
+    end
+    return function(name, _, values, n, page)
+        local rows = queries[name]
+        if rows == nil then
+            return nil, format("no fake rows for query %q (give them as queries = { %s = { ... } })", name, name)
+        end
+        if type(rows) == "function" then
+            rows = rows(unpack(values, 1, n))
+        end
+        if not page then
+            return rows
+        end
+        local sorted = {}
+        for _, row in ipairs(rows) do
+            if row[page.cursor] ~= nil and tostring(row[page.cursor]) > (page.after or "") then
+                sorted[#sorted + 1] = row
+            end
+        end
+        sort(sorted, function(a, b)
+            return tostring(a[page.cursor]) < tostring(b[page.cursor])
+        end)
+        local out = {}
+        for i = 1, math.min(#sorted, tonumber(page.limit) or #sorted) do
+            out[i] = sorted[i]
+        end
+        return out
+    end
 end
 
 -- gen:memory_limit(): the memory ceiling in bytes the rules declared (or the default).

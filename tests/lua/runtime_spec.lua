@@ -116,7 +116,7 @@ describe("crier.runtime.new_generation", function()
             { 'crier.rule "thing" { recipients = {"a"}, webhook = { url = "http://x" } }',
                 "rule 'thing': channels is required" },
             { 'crier.rule "thing" { recipients = "a", ' .. basic_hook .. " }",
-                "rule 'thing': recipients must be a list or a function(event), got string" },
+                "rule 'thing': recipients must be a list, a function(event) or crier.pages { ... }, got string" },
             { 'crier.rule "thing" { recipients = {"a"}, channels = {"webhook"}, webhook = { url = "http://x", '
                 .. 'body = "{{ x | nope }}" } }', "rule 'thing': webhook.body:1: unknown filter 'nope'" },
         }
@@ -442,5 +442,108 @@ describe("preferences", function()
             .. 'crier.rule "a" { recipients = {}, preferences = "skip", ' .. basic_hook .. ' }\n' } })
         assert.matches("required must be true or false", err, 1, true)
         assert.matches('preferences must be "honor"', err, 1, true)
+    end)
+end)
+
+describe("crier.query and crier.pages", function()
+    local source = 'local crier = require "crier"\n'
+        .. 'crier.event_type "team.news" { payload = { team = "string" } }\n'
+        .. 'crier.event_type "org.news" { payload = { org = "string" } }\n'
+        .. 'local members = crier.query("members", "SELECT id, email FROM m WHERE team = $1 ORDER BY id")\n'
+        .. 'local page = crier.query("org_page", "SELECT id FROM m WHERE org = $1 AND id > $2 ORDER BY id LIMIT $3")\n'
+        .. 'crier.rule "team.news" { recipients = function(event) return members(event.payload.team) end, '
+        .. basic_hook .. ' }\n'
+        .. 'crier.rule "org.news" { recipients = crier.pages { query = page, page_size = 2, '
+        .. 'params = function(event) return { event.payload.org } end }, ' .. basic_hook .. ' }\n'
+
+    local calls
+    local function backend(name, sql, params, n)
+        calls[#calls + 1] = { name = name, params = params, n = n }
+        if name == "members" then
+            assert.matches("WHERE team = %$1", sql)
+            return { { id = "ann", email = "ann@x.test" }, { id = "bo", email = "bo@x.test" } }
+        end
+        local all = { "a", "b", "c", "d", "e" }
+        local rows = {}
+        for _, id in ipairs(all) do
+            if id > params[2] and #rows < tonumber(params[3]) then
+                rows[#rows + 1] = { id = id }
+            end
+        end
+        return rows
+    end
+
+    it("runs a declared query with parameters only", function()
+        calls = {}
+        local gen = must_load(source)
+        gen:set_query_backend(backend)
+        local plan = assert(gen:plan(event("team.news", { team = "core'; DROP TABLE m; --" })))
+        assert.are.equal(2, #plan)
+        assert.are.equal("ann", plan[1].recipient)
+        assert.are.same({ "core'; DROP TABLE m; --" }, calls[1].params)
+        assert.is_nil(plan.next_cursor)
+    end)
+
+    it("fans a paged audience out one page at a time, with the cursor of the next page", function()
+        calls = {}
+        local gen = must_load(source)
+        gen:set_query_backend(backend)
+        local seen, cursor, pages = {}, nil, 0
+        repeat
+            local ev = event("org.news", { org = "acme" })
+            ev.cursor = cursor
+            local plan = assert(gen:plan(ev))
+            for _, entry in ipairs(plan) do
+                seen[#seen + 1] = entry.recipient
+            end
+            cursor = plan.next_cursor
+            pages = pages + 1
+        until cursor == nil
+        assert.are.same({ "a", "b", "c", "d", "e" }, seen)
+        assert.are.equal(3, pages)
+        assert.are.same({ "acme", "", 2 }, { calls[1].params[1], calls[1].params[2], tonumber(calls[1].params[3]) })
+        assert.are.equal("b", calls[2].params[2])
+    end)
+
+    it("fails the event clearly without a backend, and refuses SQL built at run time", function()
+        local gen = must_load(source)
+        local plan, err = gen:plan(event("team.news", { team = "core" }))
+        assert.is_nil(plan)
+        assert.matches('crier.query "members": no database is available here', err, 1, true)
+        local _, load_err = runtime.new_generation({ { path = "/r.lua", source = 'local crier = require "crier"\n'
+            .. 'crier.event_type "x" { payload = {} }\n'
+            .. 'crier.rule "x" { recipients = function(e) return crier.query("q", "SELECT 1")() end, '
+            .. basic_hook .. ' }\n' } })
+        assert.is_nil(load_err)
+        local gen2 = must_load('local crier = require "crier"\ncrier.event_type "x" { payload = {} }\n'
+            .. 'crier.rule "x" { recipients = function(e) return crier.query("q", "SELECT 1")() end, '
+            .. basic_hook .. ' }\n')
+        local p2, err2 = gen2:plan(event("x", {}))
+        assert.is_nil(p2)
+        assert.matches("crier.query: declarations are only allowed while rules load", err2, 1, true)
+    end)
+end)
+
+describe("runtime.fake_query_backend", function()
+    it("serves rows by query name and cuts pages by the cursor column", function()
+        local gen = must_load('local crier = require "crier"\n'
+            .. 'crier.event_type "org.news" { payload = {} }\n'
+            .. 'local page = crier.query("org_page", "SELECT id FROM m WHERE id > $1 ORDER BY id LIMIT $2")\n'
+            .. 'crier.rule "org.news" { recipients = crier.pages { query = page, page_size = 2 }, '
+            .. basic_hook .. ' }\n')
+        gen:set_query_backend(runtime.fake_query_backend({
+            org_page = { { id = "c" }, { id = "a" }, { id = "b" } },
+        }))
+        local first = assert(gen:plan(event("org.news", {})))
+        assert.are.same({ "a", "b" }, { first[1].recipient, first[2].recipient })
+        assert.are.equal("b", first.next_cursor)
+        local ev = event("org.news", {})
+        ev.cursor = "b"
+        local second = assert(gen:plan(ev))
+        assert.are.equal("c", second[1].recipient)
+        assert.is_nil(second.next_cursor)
+        gen:set_query_backend(runtime.fake_query_backend({}))
+        local _, err = gen:plan(event("org.news", {}))
+        assert.matches('no fake rows for query "org_page"', err, 1, true)
     end)
 end)
