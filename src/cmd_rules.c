@@ -2,7 +2,9 @@
  * rules the way a reload would) and `crier try` (run one event through them and
  * print the fan-out plan, touching nothing). */
 #include "cli.h"
+#include "database.h"
 #include "keys.h"
+#include "rules_query.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char check_help[] =
     "usage: crier check [DIR] [options]\n"
@@ -54,13 +57,24 @@ static const char try_help[] =
     "       crier try --tenant T --type EVENT_TYPE --entity ID [--payload JSON] [options]\n"
     "\n"
     "Runs one event through the rules and prints the plan: recipients, channels,\n"
-    "notification keys and rendered bodies. Changes nothing and needs no database.\n"
+    "notification keys, rendered subjects and bodies, retry schedules, and whether\n"
+    "stored preferences would suppress a delivery. Changes nothing: the rules'\n"
+    "queries (crier.query, crier.pages) run read-only in transactions that are\n"
+    "rolled back. A database is used when one is configured (--database,\n"
+    "CRIER_DATABASE_URL) or the embedded one exists; try never creates one. With\n"
+    "--no-db (or none) queries need fake rows.\n"
     "EVENT.json is an object {\"tenant\": …, \"type\": …, \"entity_id\": …, \"payload\": {…}}\n"
-    "(\"-\" reads it from standard input).\n"
-    "\noptions:\n" CLI_COMMON_HELP;
+    "(\"-\" reads it from standard input); it may add \"queries\": {\"NAME\": [rows…]}\n"
+    "with fake rows for the rules' queries (then used instead of the database) and\n"
+    "\"cursor\": \"…\" to show a later page of a paged audience.\n"
+    "\noptions:\n"
+    "  --no-db            use no database (queries need \"queries\" in EVENT.json)\n" CLI_COMMON_HELP;
 
 typedef struct {
     char *tenant, *type, *entity, *payload;
+    char *queries; /* JSON object of fake rows by query name, or NULL */
+    char *cursor;  /* page cursor, or NULL */
+    bool no_db;
 } try_event;
 
 /* Keeps a copy of a flag value in *slot (replacing an earlier one). */
@@ -79,7 +93,7 @@ static int try_option(void *ud, int opt, const char *arg)
     case 'y': return try_keep(&ev->type, arg);
     case 'e': return try_keep(&ev->entity, arg);
     case 'p': return try_keep(&ev->payload, arg);
-    case 'n': return 0; /* rules need no database yet: always the case */
+    case 'n': ev->no_db = true; return 0;
     }
     return -1;
 }
@@ -100,7 +114,12 @@ static int try_parse_event(const crier_cli *cli, const char *text, try_event *ev
         "local p = ev.payload\n"
         "if p == nil then p = {} end\n"
         "if type(p) ~= 'table' then return nil, 'field \"payload\" must be an object' end\n"
-        "return ev.tenant, ev.type, ev.entity_id, json.encode(p)\n";
+        "local q = ev.queries\n"
+        "if q ~= nil and (type(q) ~= 'table' or json.is_array(q)) then\n"
+        "  return nil, 'field \"queries\" must be an object of query name to rows' end\n"
+        "if ev.cursor ~= nil and type(ev.cursor) ~= 'string' then\n"
+        "  return nil, 'field \"cursor\" must be a string' end\n"
+        "return ev.tenant, ev.type, ev.entity_id, json.encode(p), q and json.encode(q), ev.cursor\n";
     lua_State *L = luaL_newstate();
     int rc = -1;
 
@@ -114,26 +133,64 @@ static int try_parse_event(const crier_cli *cli, const char *text, try_event *ev
         goto out;
     }
     lua_pushstring(L, text);
-    if (lua_pcall(L, 1, 4, 0) != 0) {
+    if (lua_pcall(L, 1, 6, 0) != 0) {
         snprintf(err, err_len, "%s", lua_tostring(L, -1));
         goto out;
     }
-    if (lua_isnil(L, -4)) {
-        snprintf(err, err_len, "%s", lua_tostring(L, -3));
+    if (lua_isnil(L, -6)) {
+        snprintf(err, err_len, "%s", lua_tostring(L, -5));
         goto out;
     }
-    ev->tenant = strdup(lua_tostring(L, -4));
-    ev->type = strdup(lua_tostring(L, -3));
-    ev->entity = strdup(lua_tostring(L, -2));
-    ev->payload = strdup(lua_tostring(L, -1));
+    ev->tenant = strdup(lua_tostring(L, -6));
+    ev->type = strdup(lua_tostring(L, -5));
+    ev->entity = strdup(lua_tostring(L, -4));
+    ev->payload = strdup(lua_tostring(L, -3));
+    ev->queries = lua_isstring(L, -2) ? strdup(lua_tostring(L, -2)) : NULL;
+    ev->cursor = lua_isstring(L, -1) ? strdup(lua_tostring(L, -1)) : NULL;
     rc = 0;
 out:
     lua_close(L);
     return rc;
 }
 
-static void try_print_plan(const try_event *ev, const crier_plan *plan, const crier_rules *rules)
+/* Whether stored preferences would suppress a delivery (the engine's rule, in
+ * SQL, read-only). Writes a description into out; "" when no database. */
+static void try_preference(crier_rules_query *q, const try_event *ev, const char *recipient,
+                           const crier_plan_delivery *pd, char *out, size_t len)
 {
+    static const char sql[] =
+        "SELECT enabled, event_type, channel FROM crier.preferences"
+        " WHERE tenant = $1 AND recipient_id = $2 AND event_type IN ($3, '*') AND channel IN ($4, '*')"
+        " ORDER BY (event_type <> '*') DESC, (channel <> '*') DESC LIMIT 1";
+    const char *values[4] = {ev->tenant, recipient, ev->type, pd->channel};
+    char err[512];
+    out[0] = '\0';
+    if (!pd->honor_preferences) {
+        snprintf(out, len, "not applied (required event type, or the rule says preferences = \"ignore\")");
+        return;
+    }
+    if (!q)
+        return;
+    PGresult *res = crier_rules_query_run(q, sql, 4, values, err, sizeof err);
+    if (!res) {
+        snprintf(out, len, "unknown (%s)", err);
+        return;
+    }
+    if (PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 'f')
+        snprintf(out, len, "SUPPRESSED by the stored preference (event type %s, channel %s)", PQgetvalue(res, 0, 1),
+                 PQgetvalue(res, 0, 2));
+    else if (PQntuples(res) == 1)
+        snprintf(out, len, "allowed by the stored preference (event type %s, channel %s)", PQgetvalue(res, 0, 1),
+                 PQgetvalue(res, 0, 2));
+    else
+        snprintf(out, len, "none stored: delivered");
+    PQclear(res);
+}
+
+static void try_print_plan(const try_event *ev, const crier_plan *plan, const crier_rules *rules,
+                           crier_rules_query *q)
+{
+    char pref[600];
     char key[4096], uuid[CRIER_KEY_UUID_LEN + 1], id[CRIER_KEY_ID_LEN + 1];
     uint8_t h[CRIER_KEY_HASH_LEN];
 
@@ -166,10 +223,28 @@ static void try_print_plan(const try_event *ev, const crier_plan *plan, const cr
             printf("    %s: %.*s\n", email ? "text" : "body", (int)pd->body_len, pd->body);
             if (pd->html)
                 printf("    html: %s\n", pd->html);
-            if (pd->retry)
-                printf("    retry schedule (s): %s\n", pd->retry);
+            printf("    retry schedule (s): %s\n", pd->retry ? pd->retry : "the channel's default");
+            try_preference(q, ev, r->recipient, pd, pref, sizeof pref);
+            if (pref[0])
+                printf("    preferences: %s\n", pref);
         }
     }
+    if (plan->next_cursor)
+        printf("\nmore recipients: this was one page of a paged audience; the next page starts after %s\n"
+               "(add \"cursor\": \"%s\" to EVENT.json to see it)\n",
+               plan->next_cursor, plan->next_cursor);
+}
+
+/* A database is used when one is configured, or when the embedded cluster
+ * exists already: try never creates one. */
+static bool try_has_database(const crier_cli *cli)
+{
+    char path[2100];
+    const char *dir = cli->data_dir ? cli->data_dir : getenv("CRIER_DATA_DIR");
+    if (cli->database || getenv("CRIER_DATABASE_URL"))
+        return true;
+    snprintf(path, sizeof path, "%s/PG_VERSION", dir ? dir : CRIER_DEFAULT_DATA_DIR);
+    return access(path, F_OK) == 0;
 }
 
 int crier_cmd_try(int argc, char **argv)
@@ -185,6 +260,9 @@ int crier_cmd_try(int argc, char **argv)
     try_event ev = {0};
     crier_rules *rules = NULL;
     crier_plan plan = {0};
+    crier_rules_query *query = NULL;
+    crier_database db;
+    bool db_open = false;
     char err[16384];
     int rc = 2;
 
@@ -198,11 +276,13 @@ int crier_cmd_try(int argc, char **argv)
             crier_cli_error("try", "cannot read %s: %m", argv[optind]);
             goto out;
         }
+        bool no_db = ev.no_db;
         free(ev.tenant);
         free(ev.type);
         free(ev.entity);
         free(ev.payload);
         memset(&ev, 0, sizeof ev);
+        ev.no_db = no_db;
         int r = try_parse_event(&cli, text, &ev, err, sizeof err);
         free(text);
         if (r < 0) {
@@ -220,15 +300,35 @@ int crier_cmd_try(int argc, char **argv)
     rules = crier_cli_load_rules(&cli);
     if (!rules)
         goto out;
+    if (ev.queries) {
+        if (crier_rules_set_fake_queries(rules, ev.queries, err, sizeof err) < 0) {
+            crier_cli_error("try", "%s", err);
+            goto out;
+        }
+    } else if (!ev.no_db && try_has_database(&cli)) {
+        if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
+            crier_cli_error("try", "%s (or use --no-db)", err);
+            goto out;
+        }
+        db_open = true;
+        query = crier_rules_query_new(db.conninfo, 0);
+        if (query)
+            crier_rules_set_query(rules, crier_rules_query_run, query);
+    }
     crier_rule_event rev = {.id = 0, .tenant = ev.tenant, .event_type = ev.type, .entity_id = ev.entity,
-                            .payload_json = ev.payload, .slot = 0};
+                            .payload_json = ev.payload, .cursor = ev.cursor, .slot = 0};
     if (crier_rules_plan(rules, &rev, &plan, err, sizeof err) != CRIER_PLAN_OK) {
         crier_cli_error("try", "%s", err);
         goto out;
     }
-    try_print_plan(&ev, &plan, rules);
+    try_print_plan(&ev, &plan, rules, ev.queries ? NULL : query);
     rc = 0;
 out:
+    crier_rules_query_free(query);
+    if (db_open)
+        crier_database_close(&db);
+    free(ev.queries);
+    free(ev.cursor);
     crier_plan_free(&plan);
     crier_rules_free(rules);
     free(ev.tenant);

@@ -793,6 +793,31 @@ static int rules_query_backend(lua_State *L)
     return 1;
 }
 
+int crier_rules_set_fake_queries(crier_rules *rules, const char *json, char *err, size_t err_len)
+{
+    static const char chunk[] =
+        "local gen, text = ...\n"
+        "local rows = require('crier.json').decode(text)\n"
+        "gen:set_query_backend(require('crier.runtime').fake_query_backend(rows))\n";
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    int rc = 0;
+    if (luaL_loadbuffer(L, chunk, sizeof chunk - 1, "=fake queries") != 0) {
+        crier_set_error(err, err_len, "%s", lua_tostring(L, -1));
+        rc = -1;
+    } else {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, rules->generation_ref);
+        lua_pushstring(L, json);
+        int status = rules_pcall(L, 2, 0);
+        if (status != 0) {
+            crier_set_error(err, err_len, "fake queries: %s", lua_error_text(L, status));
+            rc = -1;
+        }
+    }
+    lua_settop(L, base);
+    return rc;
+}
+
 void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud)
 {
     lua_State *L = rules->L;

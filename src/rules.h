@@ -104,6 +104,11 @@ typedef struct pg_result *(*crier_rules_query_fn)(void *ud, const char *sql, int
  * rule that queries fails with an error saying so). */
 void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud);
 
+/* Gives the generation's queries fake rows instead of a database (crier try
+ * with "queries" in EVENT.json): json is an object of query name -> rows
+ * (see runtime.fake_query_backend). Returns 0, or -1 with err set. */
+int crier_rules_set_fake_queries(crier_rules *rules, const char *json, char *err, size_t err_len);
+
 /* Empties plan, keeping its memory for reuse. */
 void crier_plan_reset(crier_plan *plan);
 /* Frees plan's memory (the struct itself is the caller's). */

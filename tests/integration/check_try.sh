@@ -36,4 +36,44 @@ if out=$("$CRIER_BIN" try "$WORK/garbage.json" 2>&1); then
     fail "try with malformed JSON should fail"
 fi
 echo "$out" | grep -qi "json" || fail "try's JSON error should say so: $out"
+
+# Rules with a paged audience from a query, and preferences.
+mkdir -p "$WORK/paged"
+cat >"$WORK/paged/rules.lua" <<'LUA'
+local crier = require "crier"
+crier.event_type "org.news" { payload = { org = "string" } }
+local page = crier.query("org_page", "SELECT user_id AS id FROM app.members WHERE org = $1 AND user_id > $2 ORDER BY user_id LIMIT $3")
+crier.rule "org.news" {
+    recipients = crier.pages { query = page, params = function(e) return { e.payload.org } end, page_size = 2 },
+    channels = { "webhook" },
+    webhook = { url = "http://hooks.test/news" },
+}
+LUA
+cat >"$WORK/news.json" <<'JSON'
+{"tenant": "acme", "type": "org.news", "entity_id": "n1", "payload": {"org": "acme"},
+ "queries": {"org_page": [{"id": "bo"}, {"id": "al"}, {"id": "cy"}]}}
+JSON
+out=$("$CRIER_BIN" try --rules "$WORK/paged" "$WORK/news.json") || fail "try with fake queries failed: $out"
+echo "$out" | grep -q "recipients: 2" || fail "first page of two: $out"
+echo "$out" | grep -q "recipient: al" || fail "fake rows sorted by the cursor: $out"
+echo "$out" | grep -q 'add "cursor": "bo"' || fail "try says how to see the next page: $out"
+if out=$("$CRIER_BIN" try --rules "$WORK/paged" --no-db --tenant acme --type org.news --entity n1 \
+        --payload '{"org":"acme"}' 2>&1); then
+    fail "a query without a database or fake rows should fail"
+fi
+echo "$out" | grep -q 'crier.query "org_page": no database is available here' || fail "the error says why: $out"
+
+# With a database: the query runs read-only, stored preferences show, nothing changes.
+new_db
+sql "CREATE SCHEMA app; CREATE TABLE app.members (org text, user_id text);
+     INSERT INTO app.members VALUES ('acme', 'al'), ('acme', 'bo'), ('globex', 'zed')" >/dev/null
+sql "SELECT crier.set_preference('acme', 'bo', 'org.news', '*', false)" >/dev/null
+before=$(sql "SELECT (SELECT count(*) FROM crier.events) || '/' || (SELECT count(*) FROM crier.notifications)")
+out=$("$CRIER_BIN" try --rules "$WORK/paged" --tenant acme --type org.news --entity n1 --payload '{"org":"acme"}') ||
+    fail "try with a database failed: $out"
+echo "$out" | grep -q "recipient: al" || fail "recipients from the database: $out"
+echo "$out" | grep -q "SUPPRESSED by the stored preference (event type org.news, channel \*)" ||
+    fail "the stored preference is shown: $out"
+assert_eq "$before" "$(sql "SELECT (SELECT count(*) FROM crier.events) || '/' || (SELECT count(*) FROM crier.notifications)")" \
+    "try changed nothing"
 echo "ok"
