@@ -100,7 +100,8 @@ local function limit_error(message)
 end
 
 -- sandbox.run(limits, fn, handler, ...): like xpcall(fn, handler, ...) with
--- the limits enforced. Returns what xpcall returns.
+-- the limits enforced. Returns what xpcall returns. (Module-level state, no
+-- allocation per call: it runs once per event.)
 --
 -- The memory limit bounds how much the heap grows during the call (in nginx
 -- the heap is shared with everything else in the worker, so its total says
@@ -108,53 +109,67 @@ end
 -- debug.sethook is global to the LuaJIT VM, not per coroutine: that is safe
 -- because rule code cannot yield (the sandbox gives it no coroutines and no
 -- ngx), so nothing else runs under the hook.
-function sandbox.run(limits, fn, handler, ...)
-    local budget = limits.instructions
-    local deadline = clock() + limits.time
-    local memory_kb = limits.memory / 1024
-    local base_kb = collectgarbage("count")
-    local used = 0
-    local tripped
-    local function hook()
-        if tripped then
-            error(tripped, 0) -- keep failing: a rule's pcall cannot swallow it
-        end
-        used = used + HOOK_EVERY
-        if used > budget then
-            tripped = limit_error(format("rule exceeded its instruction limit (%d instructions; raise it with "
-                .. "crier.limits { instructions = ... })", budget))
-        elseif clock() > deadline then
-            tripped = limit_error(format("rule exceeded its time limit (%gs; raise it with crier.limits "
-                .. "{ time = ... })", limits.time))
-        elseif collectgarbage("count") - base_kb > memory_kb then
-            -- over by the count: collect once to see whether it is garbage
-            collectgarbage()
-            local now_kb = collectgarbage("count")
-            if now_kb - base_kb > memory_kb then
-                tripped = limit_error(format("rule exceeded the memory limit (%d MB; raise it with crier.limits "
-                    .. "{ memory = ... })", limits.memory / (1024 * 1024)))
-            elseif now_kb < base_kb then
-                base_kb = now_kb
-            end
-        end
-        if tripped then
-            error(tripped, 0)
+-- The state of the call running under the hook (one at a time: rule code
+-- cannot yield, and a nested run shares the outer one's budget).
+local active, budget, deadline, memory_kb, base_kb, used, tripped, run_limits
+
+local function hook()
+    if tripped then
+        error(tripped, 0) -- keep failing: a rule's pcall cannot swallow it
+    end
+    used = used + HOOK_EVERY
+    if used > budget then
+        tripped = limit_error(format("rule exceeded its instruction limit (%d instructions; raise it with "
+            .. "crier.limits { instructions = ... })", budget))
+    elseif clock() > deadline then
+        tripped = limit_error(format("rule exceeded its time limit (%gs; raise it with crier.limits "
+            .. "{ time = ... })", run_limits.time))
+    elseif collectgarbage("count") - base_kb > memory_kb then
+        -- over by the count: collect once to see whether it is garbage
+        collectgarbage()
+        local now_kb = collectgarbage("count")
+        if now_kb - base_kb > memory_kb then
+            tripped = limit_error(format("rule exceeded the memory limit (%d MB; raise it with crier.limits "
+                .. "{ memory = ... })", run_limits.memory / (1024 * 1024)))
+        elseif now_kb < base_kb then
+            base_kb = now_kb
         end
     end
-    local old_hook, old_mask, old_count = gethook()
-    sethook(hook, "", HOOK_EVERY)
-    local results = { xpcall(fn, handler, ...) }
+    if tripped then
+        error(tripped, 0)
+    end
+end
+
+local finish_handler, old_hook, old_mask, old_count
+
+local function finish(ok, ...)
+    active = false
     if old_hook then
         sethook(old_hook, old_mask, old_count)
     else
         sethook()
     end
-    if tripped and results[1] then
+    local limit = tripped
+    tripped = nil
+    if limit and ok then
         -- the limit tripped inside a pcall the rule made and the rule went on:
         -- still a failure
-        return false, handler(tripped)
+        return false, finish_handler(limit)
     end
-    return unpack(results, 1, #results)
+    return ok, ...
+end
+
+function sandbox.run(limits, fn, handler, ...)
+    if active then
+        return xpcall(fn, handler, ...)
+    end
+    active, run_limits, finish_handler = true, limits, handler
+    budget, deadline = limits.instructions, clock() + limits.time
+    memory_kb, base_kb = limits.memory / 1024, collectgarbage("count")
+    used, tripped = 0, nil
+    old_hook, old_mask, old_count = gethook()
+    sethook(hook, "", HOOK_EVERY)
+    return finish(xpcall(fn, handler, ...))
 end
 
 -- sandbox.protect(fn): keeps fn (and every function defined inside it) out of
