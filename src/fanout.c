@@ -73,7 +73,7 @@ struct crier_fanout {
     uint64_t batch_deliveries;
 
     /* Parameter arrays of the statements in flight (kept until the callback). */
-    crier_pg_array cols[25];
+    crier_pg_array cols[29];
     crier_pg_params params;
     char limit_text[24];
     char max_attempts_text[24];
@@ -100,7 +100,10 @@ static const char SQL_LOCK[] =
  * $19     max attempts
  * $20..$24 deliveries, continued: subject, html, sender, retry schedule ("{0,5,300}" or NULL),
  *          honor preferences (false: required type or the rule ignores them)
- * $25..$26 events with more pages of audience: id, cursor of the next page */
+ * $25..$26 events with more pages of audience: id, cursor of the next page
+ * $27..$30 audience items (rules in mode "read"): event id, audience, content, backfill
+ * Feed deliveries (channel "feed") become feed items, not deliveries; the
+ * recipient's stored preferences apply to every channel. */
 static const char SQL_WRITE[] =
     "WITH ins AS ("
     "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"
@@ -110,14 +113,10 @@ static const char SQL_WRITE[] =
     "      AS p(key_hash, key, event_id, tenant, event_type, entity_id, recipient_id, discriminator)"
     "  ON CONFLICT (key_hash) DO NOTHING"
     "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type"
-    "), dlv AS ("
-    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
-    "      subject, html, sender, retry_schedule, state, last_error)"
-    "  SELECT ins.id, ins.tenant, d.channel, 'msg_' || replace(ins.key_hash::text, '-', ''),"
-    "      d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry::int[],"
-    "      CASE WHEN pref.enabled = false THEN 'suppressed' ELSE 'pending' END,"
-    "      CASE WHEN pref.enabled = false THEN 'suppressed by the recipient''s preference (event type '"
-    "          || pref.event_type || ', channel ' || pref.channel || ')' END"
+    "), planned AS ("
+    "  SELECT ins.id AS notification_id, ins.tenant, ins.recipient_id, ins.event_type, ins.key_hash,"
+    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry,"
+    "      pref.enabled AS pref_enabled, pref.event_type AS pref_type, pref.channel AS pref_channel"
     "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[],"
     "      $21::text[], $22::text[], $23::text[], $24::bool[])"
     "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor)"
@@ -127,6 +126,27 @@ static const char SQL_WRITE[] =
     "      WHERE d.honor AND p.tenant = ins.tenant AND p.recipient_id = ins.recipient_id"
     "        AND p.event_type IN (ins.event_type, '*') AND p.channel IN (d.channel, '*')"
     "      ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) pref ON true"
+    "), dlv AS ("
+    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
+    "      subject, html, sender, retry_schedule, state, last_error)"
+    "  SELECT p.notification_id, p.tenant, p.channel, 'msg_' || replace(p.key_hash::text, '-', ''),"
+    "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[],"
+    "      CASE WHEN p.pref_enabled = false THEN 'suppressed' ELSE 'pending' END,"
+    "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '"
+    "          || p.pref_type || ', channel ' || p.pref_channel || ')' END"
+    "  FROM planned p WHERE p.channel <> 'feed'"
+    "  RETURNING 1"
+    "), feed AS ("
+    "  INSERT INTO crier.feed_items (tenant, recipient_id, notification_id, event_type, content)"
+    "  SELECT p.tenant, p.recipient_id, p.notification_id, p.event_type, p.body::jsonb"
+    "  FROM planned p WHERE p.channel = 'feed' AND p.pref_enabled IS NOT false"
+    "  RETURNING 1"
+    "), aud AS ("
+    "  INSERT INTO crier.audience_items (tenant, audience, event_id, event_type, content, backfill)"
+    "  SELECT e.tenant, a.audience, e.id, e.event_type, a.content::jsonb, a.backfill"
+    "  FROM unnest($27::bigint[], $28::text[], $29::text[], $30::bool[]) AS a(event_id, audience, content, backfill)"
+    "  JOIN crier.events e ON e.id = a.event_id"
+    "  ON CONFLICT (event_id, audience) DO NOTHING"
     "  RETURNING 1"
     "), done AS ("
     "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
@@ -306,15 +326,15 @@ static void fanout_plan_and_write(crier_fanout *f)
 
     /* Column i is parameter $(i+1) for i < 18 and $(i+2) after: $9 (rules
      * version) and $19 (max attempts) are text parameters, so cols[8] is unused. */
-    static const uint32_t types[25] = {
+    static const uint32_t types[29] = {
         CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, 0,             CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL,
         CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL, CRIER_PG_INT8,
-        CRIER_PG_TEXT};
+        CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL};
 
     crier_plan_reset(&f->plan);
-    for (int i = 0; i < 25; i++)
+    for (int i = 0; i < 29; i++)
         if (types[i])
             crier_pg_array_begin(&c[i], types[i]);
 
@@ -399,7 +419,14 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_params_text(&f->params, crier_rules_version(f->rules));
     }
     crier_pg_params_text(&f->params, f->max_attempts_text);
-    for (int i = 18; i < 25; i++)
+    for (size_t a = 0; a < f->plan.n_audience_items; a++) {
+        const crier_plan_audience_item *ai = &f->plan.audience_items[a];
+        crier_pg_array_add_int64(&c[25], f->events[ai->slot].id);
+        crier_pg_array_add_str(&c[26], ai->audience);
+        crier_pg_array_add_str(&c[27], ai->content);
+        crier_pg_array_add_bool(&c[28], ai->backfill);
+    }
+    for (int i = 18; i < 29; i++)
         crier_pg_params_array(&f->params, &c[i]);
     fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }

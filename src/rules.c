@@ -475,12 +475,13 @@ static crier_plan_delivery *plan_add_delivery(crier_plan *plan)
 
 /* Where a plan stood before an event was appended, to undo a partial append. */
 typedef struct {
-    size_t n_recipients, n_deliveries, n_blocks, block_used;
+    size_t n_recipients, n_deliveries, n_blocks, block_used, n_audience_items;
 } plan_mark;
 
 static plan_mark plan_mark_take(const crier_plan *plan)
 {
-    plan_mark m = {plan->n_recipients, plan->n_deliveries, plan->n_blocks, plan->block_used};
+    plan_mark m = {plan->n_recipients, plan->n_deliveries, plan->n_blocks, plan->block_used,
+                   plan->n_audience_items};
     return m;
 }
 
@@ -490,6 +491,7 @@ static void plan_rollback(crier_plan *plan, plan_mark m)
         free(plan->blocks[--plan->n_blocks]);
     plan->n_recipients = m.n_recipients;
     plan->n_deliveries = m.n_deliveries;
+    plan->n_audience_items = m.n_audience_items;
     plan->block_size = plan->n_blocks ? block_capacity(plan->blocks[plan->n_blocks - 1]) : 0;
     plan->block_used = plan->n_blocks ? m.block_used : 0;
 }
@@ -498,6 +500,7 @@ void crier_plan_reset(crier_plan *plan)
 {
     plan->n_recipients = 0;
     plan->n_deliveries = 0;
+    plan->n_audience_items = 0;
     if (plan->n_blocks > 1) {
         /* Coalesce: one block as large as all of them, so a batch of the same
          * size fits without allocating next time. */
@@ -527,6 +530,7 @@ void crier_plan_free(crier_plan *plan)
     free(plan->blocks);
     free(plan->recipients);
     free(plan->deliveries);
+    free(plan->audience_items);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -661,6 +665,39 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
         r->discriminator = discriminator;
         r->first_delivery = first;
         r->n_deliveries = n_deliveries;
+    }
+    /* mode = "read": { audience_items = { { audience, content, backfill }, ... } } */
+    lua_getfield(L, top, "audience_items");
+    if (lua_type(L, -1) == LUA_TTABLE) {
+        size_t m = lua_objlen(L, -1);
+        for (size_t i = 1; i <= m; i++) {
+            const char *audience, *content;
+            lua_rawgeti(L, -1, (int)i);
+            if (lua_type(L, -1) != LUA_TTABLE) {
+                why = "audience item";
+                goto bad;
+            }
+            if (copy_field(L, -1, "audience", 0, plan, &audience, NULL, &why) != 0 ||
+                copy_field(L, -1, "content", 0, plan, &content, NULL, &why) != 0)
+                goto bad;
+            if (plan->n_audience_items == plan->cap_audience_items) {
+                size_t cap = plan->cap_audience_items ? plan->cap_audience_items * 2 : 16;
+                crier_plan_audience_item *grown = realloc(plan->audience_items, cap * sizeof *grown);
+                if (!grown) {
+                    why = "out of memory";
+                    goto bad;
+                }
+                plan->audience_items = grown;
+                plan->cap_audience_items = cap;
+            }
+            crier_plan_audience_item *a = &plan->audience_items[plan->n_audience_items++];
+            a->slot = slot;
+            a->audience = audience;
+            a->content = content;
+            lua_getfield(L, -1, "backfill");
+            a->backfill = lua_toboolean(L, -1);
+            lua_pop(L, 2);
+        }
     }
     lua_settop(L, top);
     return 0;

@@ -51,6 +51,14 @@ typedef struct {
     size_t n_deliveries;
 } crier_plan_recipient;
 
+/* One item of a rule in mode "read": stored once for an audience (feeds). */
+typedef struct {
+    size_t slot;          /* the event's slot */
+    const char *audience;
+    const char *content;  /* JSON object */
+    bool backfill;        /* members who join later see it too */
+} crier_plan_audience_item;
+
 /* An accumulator of plan rows for a batch of events. Strings live in the plan's
  * own storage until crier_plan_reset or crier_plan_free. Zero-initialise before use. */
 typedef struct {
@@ -61,6 +69,8 @@ typedef struct {
     char **blocks; /* string storage */
     size_t n_blocks, cap_blocks;
     size_t block_used, block_size;
+    crier_plan_audience_item *audience_items;
+    size_t n_audience_items, cap_audience_items;
     /* Set by each crier_rules_plan: the cursor of the event's next page when
      * its audience is paged and more remains, else NULL. */
     const char *next_cursor;

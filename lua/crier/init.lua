@@ -556,6 +556,44 @@ crier.channel_kinds = {
             return { channel = "kafka", target = topic, body = body, retry_literal = config.retry_literal }
         end,
     },
+
+    -- In-app feed: one item per recipient in their feed (no sending). In a
+    -- rule with mode = "read", one item for the whole audience instead.
+    feed = {
+        fields = { title = true, body = true, data = true, url = true },
+        check = function(config, report, compile)
+            local extra = {}
+            extra.title_template = check_text_field(config, "title", "feed", report, compile, {}, true)
+            extra.body_template = check_text_field(config, "body", "feed", report, compile, {})
+            extra.url_template = check_text_field(config, "url", "feed", report, compile, {})
+            if config.data ~= nil and type(config.data) ~= "table" and type(config.data) ~= "function" then
+                report("feed.data must be a table or a function(event, recipient), got " .. type(config.data))
+            end
+            return extra
+        end,
+        deliver = function(config, event, recipient, fail)
+            local content = {
+                title = render_text_field(config, config.title_template, "title", "feed", event, recipient, fail),
+                body = render_text_field(config, config.body_template, "body", "feed", event, recipient, fail),
+                url = render_text_field(config, config.url_template, "url", "feed", event, recipient, fail),
+                type = event.type,
+                entity_id = event.entity_id,
+            }
+            local data = config.data
+            if type(data) == "function" then
+                data = data(event, recipient)
+            end
+            if data ~= nil and type(data) ~= "table" then
+                fail("feed.data returned " .. type(data) .. "; expected a table or nil")
+            end
+            content.data = data
+            local text, err = json.encode(content)
+            if not text then
+                fail("feed: " .. err)
+            end
+            return { channel = "feed", target = recipient and recipient.id or "", body = text }
+        end,
+    },
 }
 
 ---------------------------------------------------------------------------
@@ -701,7 +739,7 @@ end
 -- Fields a rule may have besides one block per channel kind.
 local rule_fields = {
     description = true, recipients = true, channels = true, discriminator = true, preferences = true,
-    mode = true,
+    mode = true, audience = true, backfill = true,
 }
 
 local function allowed_rule_fields()
@@ -745,8 +783,35 @@ function crier.rule(event_type)
         end
         check_fields(registry, at, what, spec, allowed_rule_fields())
 
+        local read_mode = spec.mode == "read"
+        if read_mode then
+            -- fan-out on read: stored once for an audience, shown in its
+            -- members' feeds; no recipients, the feed channel only
+            if spec.recipients ~= nil then
+                report("a rule in mode \"read\" has an audience, not recipients")
+            end
+            if type(spec.audience) ~= "string" and type(spec.audience) ~= "function" then
+                report("audience is required in mode \"read\": a name like \"team:core\" or a function(event) "
+                    .. "returning names")
+            end
+            if spec.channels ~= nil and not (is_list(spec.channels) and #spec.channels == 1
+                and spec.channels[1] == "feed") then
+                report("a rule in mode \"read\" has the feed channel only (channels = { \"feed\" } or none)")
+            end
+            if type(spec.feed) ~= "table" then
+                report("a rule in mode \"read\" needs a feed = { title = ..., ... } block")
+            end
+            if spec.backfill ~= nil and type(spec.backfill) ~= "boolean" then
+                report("backfill must be true or false (true: members who join later see it too)")
+            end
+        elseif spec.audience ~= nil or spec.backfill ~= nil then
+            report("audience and backfill belong to rules in mode \"read\"")
+        end
+
         local recipients = spec.recipients
-        if recipients == nil then
+        if read_mode then
+            recipients = {}
+        elseif recipients == nil then
             report("recipients is required (a list of ids or a function(event))")
         elseif type(recipients) ~= "function" and not is_list(recipients)
             and getmetatable(recipients) ~= pages_mt then
@@ -754,7 +819,9 @@ function crier.rule(event_type)
         end
 
         local channels = spec.channels
-        if channels == nil then
+        if read_mode then
+            channels = { "feed" }
+        elseif channels == nil then
             report("channels is required (for example channels = { \"webhook\" })")
         elseif type(channels) == "table" then
             if not is_list(channels) then
@@ -830,6 +897,8 @@ function crier.rule(event_type)
             configs = configs,
             preferences = spec.preferences or "honor",
             mode = spec.mode or "write",
+            audience = spec.audience,
+            backfill = spec.backfill == true,
         }
         registry.rule_order[#registry.rule_order + 1] = event_type
     end

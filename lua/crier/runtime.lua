@@ -415,7 +415,39 @@ local function next_page(rule, pages, event)
     return rows, next_cursor
 end
 
+-- mode = "read": one feed item per audience, no per-recipient plan.
+local function run_read_rule(rule, event)
+    local audiences = rule.audience
+    if type(audiences) == "function" then
+        audiences = audiences(event)
+    end
+    if type(audiences) == "string" then
+        audiences = { audiences }
+    end
+    if type(audiences) ~= "table" then
+        rule_fail(rule, "audience returned " .. type(audiences) .. "; expected a name or a list of names")
+    end
+    local fail = function(msg)
+        rule_fail(rule, msg)
+    end
+    local item = crier.channel_kinds.feed.deliver(rule.configs.feed, event, nil, fail)
+    local out, seen = {}, {}
+    for i, name in ipairs(audiences) do
+        if type(name) ~= "string" or name == "" then
+            rule_fail(rule, format("audience #%d is %s; expected a non-empty string", i, describe(name)))
+        end
+        if not seen[name] then
+            seen[name] = true
+            out[#out + 1] = { audience = name, content = item.body, backfill = rule.backfill }
+        end
+    end
+    return { audience_items = out }
+end
+
 local function run_rule(rule, event)
+    if rule.mode == "read" then
+        return run_read_rule(rule, event)
+    end
     local list = rule.recipients
     local next_cursor
     if getmetatable(list) == crier.pages_mt then
