@@ -243,6 +243,8 @@ static void engine_reload(engine *e, const char *why)
     crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why, e->version);
     crier_fanout_set_rules(e->fanout, rules);
     engine_write_status(e);
+    if (cfg->on_rules_reloaded)
+        cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->version);
 }
 
 static void engine_reload_debounce_cb(struct ev_loop *loop, ev_timer *w, int revents)

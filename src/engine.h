@@ -31,6 +31,10 @@ typedef struct {
     bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
     bool handle_signals;      /* install TERM/INT/HUP watchers */
     bool watch_rules;         /* reload when a *.lua file in rules_dir changes (inotify) */
+    /* Called from the loop after a new rules version was accepted (not for
+     * rejected or unchanged ones), e.g. so the HTTP API reloads its copy. */
+    void (*on_rules_reloaded)(void *ud, const char *version);
+    void *on_rules_reloaded_ud;
 } crier_engine_config;
 
 typedef struct {
