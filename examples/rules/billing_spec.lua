@@ -1,6 +1,7 @@
--- busted spec for the billing example rule: loads billing.lua through
--- crier.runtime exactly as the daemon does, then checks who is alerted about
--- an issued invoice and what each webhook carries.
+-- busted spec for the billing example rule, written the way a rule author
+-- would: crier.testing loads this directory exactly as the engine does (every
+-- *.lua file but the specs, sorted by name), then checks who is alerted about
+-- an issued invoice, what each webhook carries and under which key.
 --   busted --lua=luajit examples/rules     (crier's lua/ directory on LUA_PATH)
 
 -- This file's directory, so the spec runs from any working directory.
@@ -8,50 +9,35 @@ local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 -- Inside the crier source tree, use its library when LUA_PATH lacks it.
 package.path = package.path .. ";" .. here .. "/../../lua/?.lua;" .. here .. "/../../lua/?/init.lua"
 
-local json = require "crier.json"
-local runtime = require "crier.runtime"
+local testing = require "crier.testing"
 
-local function read(path)
-    local f = assert(io.open(path, "rb"))
-    local text = f:read("*a")
-    f:close()
-    return text
-end
-
-local function load_billing(settings)
-    local path = here .. "/billing.lua"
-    local gen, err = runtime.new_generation({ { path = path, source = read(path) } }, settings)
-    assert(gen, err)
-    return gen
-end
-
-local function invoice_event(tenant, payload)
+local function invoice(tenant, payload)
     return {
-        id = 1001,
-        tenant = tenant,
         type = "invoice.created",
+        tenant = tenant,
         entity_id = "inv_1",
-        payload_json = json.encode(payload or { invoice_id = "inv_1", amount_cents = 1250, currency = "EUR" }),
+        payload = payload or { invoice_id = "inv_1", amount_cents = 1250, currency = "EUR" },
     }
 end
 
 describe("billing rule", function()
+    local rules
+    before_each(function()
+        rules = testing.load(here)
+    end)
+
     it("declares invoice.created", function()
-        assert.are.same({ "invoice.created" }, load_billing():event_types())
+        assert.is_truthy(rules:validate("invoice.created",
+            { invoice_id = "i", amount_cents = 1, currency = "EUR", memo = "m" }))
     end)
 
     it("alerts each acme admin once by webhook", function()
-        local plan = assert(load_billing():plan(invoice_event("acme")))
-        assert.are.equal(3, #plan)
-        for i, who in ipairs({ "alice", "bob", "carol" }) do
-            local entry = plan[i]
-            assert.are.equal(who, entry.recipient)
-            assert.is_nil(entry.discriminator)
-            assert.are.equal(1, #entry.deliveries)
-            local d = entry.deliveries[1]
-            assert.are.equal("webhook", d.channel)
-            assert.are.equal("http://127.0.0.1:8080/hooks/billing", d.url)
-            assert.is_nil(d.secret)
+        local result = rules:plan(invoice("acme"))
+        testing.assert_recipients(result, { "alice", "bob", "carol" })
+        for _, who in ipairs({ "alice", "bob", "carol" }) do
+            local hook = testing.assert_delivered(result, who, "webhook")
+            assert.are.equal("http://127.0.0.1:8080/hooks/billing", hook.url)
+            assert.is_false(hook.signed)
             assert.are.same({
                 type = "invoice.created",
                 tenant = "acme",
@@ -60,47 +46,66 @@ describe("billing rule", function()
                 currency = "EUR",
                 recipient = who,
                 text = "Invoice inv_1 for 12.50 EUR was issued",
-            }, json.decode(d.body))
+            }, hook.body)
+            testing.assert_not_planned(result, who, "email")
         end
+    end)
+
+    it("gives each alert a key of its own that a retried batch reproduces", function()
+        local first = rules:plan(invoice("acme"))
+        local alice = first:recipient("alice")
+        assert.are.equal("invoice.created:inv_1:alice", alice.key)
+        assert.matches("^msg_%x+$", alice.message_id)
+        assert.are_not.equal(alice.message_id, first:recipient("bob").message_id)
+        -- the job runner retries the whole batch: the same event, the same keys,
+        -- so the database's unique index keeps one notification per admin
+        local retried = rules:plan(invoice("acme"))
+        for i, entry in ipairs(first.entries) do
+            assert.are.equal(entry.message_id, retried.entries[i].message_id)
+        end
+        -- the same invoice number in another tenant is another notification
+        assert.are_not.equal(alice.key_hash, rules:plan(invoice("globex")).entries[1].key_hash)
     end)
 
     it("alerts globex's admins, and nobody for a tenant without admins", function()
-        local gen = load_billing()
-        local plan = gen:plan(invoice_event("globex"))
-        assert.are.same({ "dave", "erin" }, { plan[1].recipient, plan[2].recipient })
-        assert.are.same({}, gen:plan(invoice_event("initech")))
+        testing.assert_recipients(rules:plan(invoice("globex")), { "dave", "erin" })
+        testing.assert_recipients(rules:plan(invoice("initech")), {})
     end)
 
     it("formats small and negative amounts", function()
-        local gen = load_billing()
-        local body = function(cents)
-            local plan = gen:plan(invoice_event("globex",
+        local function text(cents)
+            local result = rules:plan(invoice("globex",
                 { invoice_id = "inv_2", amount_cents = cents, currency = "USD" }))
-            return json.decode(plan[1].deliveries[1].body).text
+            return result:delivery("dave", "webhook").body.text
         end
-        assert.are.equal("Invoice inv_2 for 0.05 USD was issued", body(5))
-        assert.are.equal("Invoice inv_2 for -3.07 USD was issued", body(-307))
-        assert.are.equal("Invoice inv_2 for 1000.00 USD was issued", body(100000))
+        assert.are.equal("Invoice inv_2 for 0.05 USD was issued", text(5))
+        assert.are.equal("Invoice inv_2 for -3.07 USD was issued", text(-307))
+        assert.are.equal("Invoice inv_2 for 1000.00 USD was issued", text(100000))
     end)
 
     it("takes the webhook url and secret from settings", function()
-        local gen = load_billing({
+        rules = testing.load(here, { settings = {
             billing_webhook_url = "https://billing.example/hooks",
             billing_webhook_secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        })
-        local d = gen:plan(invoice_event("acme"))[1].deliveries[1]
-        assert.are.equal("https://billing.example/hooks", d.url)
-        assert.are.equal("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", d.secret)
+        } })
+        local hook = rules:plan(invoice("acme")):delivery("alice", "webhook")
+        assert.are.equal("https://billing.example/hooks", hook.url)
+        assert.are.equal("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", hook.secret)
+        assert.is_true(hook.signed)
+    end)
+
+    it("honours an admin's stored preference to mute billing webhooks", function()
+        local result = rules:plan(invoice("acme"), { preferences = {
+            bob = { { event_type = "invoice.created", channel = "webhook", enabled = false } },
+        } })
+        testing.assert_suppressed(result, "bob", "webhook")
+        assert.are.same({ "alice", "carol" }, result:delivered_to("webhook"))
     end)
 
     it("refuses invoices that do not match the schema", function()
-        local gen = load_billing()
-        local plan, err, code = gen:plan(invoice_event("acme",
-            { invoice_id = "inv_1", amount_cents = 12.5, currency = "EUR" }))
-        assert.is_nil(plan)
-        assert.are.equal("invalid_payload", code)
-        assert.are.equal("invoice.created: payload field 'amount_cents' must be an integer, got number", err)
-        assert.is_true(gen:validate("invoice.created",
-            '{"invoice_id":"i","amount_cents":1,"currency":"EUR","memo":"m"}'))
+        local bad = invoice("acme", { invoice_id = "inv_1", amount_cents = 12.5, currency = "EUR" })
+        testing.assert_plan_error(rules, bad, "invalid_payload",
+            "invoice.created: payload field 'amount_cents' must be an integer, got number")
+        testing.assert_plan_error(rules, { type = "invoice.deleted" }, "unknown_event_type")
     end)
 end)

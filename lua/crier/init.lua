@@ -214,8 +214,8 @@ local event_type_fields = { description = true, payload = true, retry = true, re
 -- a name that is not a non-empty string, raises an error.
 function crier.event_type(name)
     local registry = loading_registry("crier.event_type")
-    if type(name) ~= "string" or not find(name, "^[%w_][%w_%.:%-]*$") then
-        error("crier.event_type: name must be a string like \"invoice.created\", got "
+    if type(name) ~= "string" or not find(name, "^[%w_][%w_%.%-]*$") or #name > 200 then
+        error("crier.event_type: name must be 1-200 letters, digits, '.', '_' or '-' like \"invoice.created\", got "
             .. (type(name) == "string" and format("%q", name) or type(name)), 2)
     end
     local at = where(2)
@@ -409,14 +409,17 @@ local function secrets_text(v)
             return nil, "must be a string or a list of strings"
         end
         for i, s in ipairs(v) do
-            if type(s) ~= "string" or s == "" or find(s, "%s") then
-                return nil, format("[%d] must be a non-empty string without spaces", i)
+            if type(s) ~= "string" or not find(s, "^whsec_[%w+/]+=*$") then
+                return nil, format("[%d] must be a \"whsec_<base64>\" secret (a list is for rotating them)", i)
             end
         end
         return #v > 0 and concat(v, " ") or nil
     end
     if v == "" then
         return nil
+    end
+    if type(v) == "string" and find(v, "^whsec_") and not find(v, "^whsec_[%w+/]+=*$") then
+        return nil, "the part after whsec_ must be base64"
     end
     return v
 end
@@ -642,8 +645,8 @@ function crier.run_query(q, params, page)
     end
     local backend = registry.query_backend
     if not backend then
-        error(format("crier.query \"%s\": no database is available here (crier try --no-db, or "
-            .. "crier.testing without a directory entry for it)", q.name), 3)
+        error(format("crier.query \"%s\": no database is available here (crier try --no-db: give fake rows "
+            .. "as \"queries\" in EVENT.json)", q.name), 3)
     end
     local values = {}
     for i = 1, q.n_params do

@@ -154,7 +154,7 @@ function runtime.new_generation(files, settings)
         problems = {},
         retry = {},
         queries = {},
-        limits = sandbox.default_limits,
+        limits = sandbox.parse_limits({}), -- a copy per generation
         env = sandbox.env(),
     }
     local previous = crier._set_registry(registry)

@@ -10,15 +10,15 @@
 -- not provided raises with the list of what is.
 --
 -- Every rule call (and the loading of rule files) runs under limits: an
--- instruction budget and a wall-clock budget checked by a count hook, and a
+-- instruction budget and a CPU-time budget (os.clock) checked by a count hook, and a
 -- memory ceiling checked there too (the engine also caps its Lua state's
 -- allocator). Rule functions are kept out of the JIT compiler (jit.off(f,
 -- true)), because compiled loops do not run hooks. A limit error cannot be
 -- caught by the rule's own pcall. Pure Lua: works in LuaJIT, crier serve and
 -- nginx.
 
-local type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall =
-    type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall
+local ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall =
+    ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall
 local collectgarbage, require = collectgarbage, require
 local format, match, concat, sort = string.format, string.match, table.concat, table.sort
 local clock = os.clock
@@ -225,15 +225,52 @@ end
 
 -- Only crier's own pure-Lua modules.
 local allowed_modules = {
-    crier = true, ["crier.json"] = true, ["crier.template"] = true, ["crier.testing"] = true,
+    crier = true, ["crier.json"] = true, ["crier.template"] = true,
 }
+
+-- What rules see of the crier module: the declarations and helpers, read-only
+-- (not its internals, such as the registry or the channel kinds, which a rule
+-- could otherwise change for every later event).
+local crier_public = {
+    "event_type", "rule", "setting", "query", "pages", "retry", "limits", "parse_retry", "preference_allows",
+}
+
+local function readonly(name, module)
+    return setmetatable({}, {
+        __index = module,
+        __newindex = function(_, k)
+            error(format("rules may not change %s.%s", name, tostring(k)), 2)
+        end,
+        __metatable = false,
+    })
+end
+
+local function crier_view()
+    local crier = require "crier"
+    local view = {}
+    for _, name in ipairs(crier_public) do
+        view[name] = crier[name]
+    end
+    view.json = readonly("crier.json", require "crier.json")
+    return setmetatable({}, {
+        __index = view,
+        __newindex = function(_, k)
+            error(format("rules may not change crier.%s", tostring(k)), 2)
+        end,
+        __metatable = false,
+    })
+end
 
 local function safe_require(name)
     if not allowed_modules[name] then
-        error(format("require %q is not allowed in rules (allowed: crier, crier.json, crier.template, "
-            .. "crier.testing)", tostring(name)), 2)
+        error(format("require %q is not allowed in rules (allowed: crier, crier.json, crier.template)",
+            tostring(name)), 2)
     end
-    return require(name)
+    if name == "crier" then
+        return crier_view()
+    end
+    -- a read-only view: the module table is shared with the engine
+    return readonly(name, require(name))
 end
 
 local function safe_getmetatable(v)

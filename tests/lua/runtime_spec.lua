@@ -130,7 +130,7 @@ describe("crier.runtime.new_generation", function()
 
     it("reports misuse of the DSL at the caller's line", function()
         local _, err = load_rules(header .. "crier.event_type(42) {}")
-        assert.matches("^/rules/main.lua:3: crier.event_type: name must be a string", err)
+        assert.matches("^/rules/main.lua:3: crier.event_type: name must be 1%-200 letters", err)
         _, err = load_rules(header .. 'crier.rule "thing" "oops"')
         assert.matches("^/rules/main.lua:3: crier.rule \"thing\": expected a table", err)
     end)
