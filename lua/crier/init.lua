@@ -723,6 +723,13 @@ end
 -- engine applies the same rule in SQL (crier.preferences) when it writes
 -- deliveries; this is for crier.testing and crier try.
 function crier.preference_allows(prefs, event_type, channel)
+    local deciding = crier.deciding_preference(prefs, event_type, channel)
+    return deciding == nil or deciding.enabled ~= false
+end
+
+-- crier.deciding_preference(prefs, event_type, channel): the entry that
+-- decides (the most specific match), or nil when none matches.
+function crier.deciding_preference(prefs, event_type, channel)
     local best, best_rank
     for _, p in ipairs(prefs or {}) do
         local et, ch = p.event_type or "*", p.channel or "*"
@@ -733,7 +740,7 @@ function crier.preference_allows(prefs, event_type, channel)
             end
         end
     end
-    return best == nil or best.enabled ~= false
+    return best
 end
 
 ---------------------------------------------------------------------------

@@ -659,22 +659,6 @@ local function preferences_for(prefs, recipient_id, event)
     return prefs and prefs[recipient_id]
 end
 
--- The matching preference crier.preference_allows would act on (for the
--- reason shown with a suppressed delivery).
-local function deciding_preference(list, event_type, channel)
-    local best, rank
-    for _, p in ipairs(list or {}) do
-        local et, ch = p.event_type or "*", p.channel or "*"
-        if (et == "*" or et == event_type) and (ch == "*" or ch == channel) then
-            local r = (et ~= "*" and 2 or 0) + (ch ~= "*" and 1 or 0)
-            if not rank or r > rank then
-                best, rank = p, r
-            end
-        end
-    end
-    return best
-end
-
 -- A delivery of the plan as a spec sees it.
 local function view_delivery(d, entry, event, prefs)
     local v = {
@@ -723,7 +707,7 @@ local function view_delivery(d, entry, event, prefs)
     local list = preferences_for(prefs, entry.recipient, event)
     v.suppressed = v.honor_preferences and not crier.preference_allows(list, event.type, d.channel)
     if v.suppressed then
-        v.suppressed_by = deciding_preference(list, event.type, d.channel)
+        v.suppressed_by = crier.deciding_preference(list, event.type, d.channel)
     end
     return v
 end
