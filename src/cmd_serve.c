@@ -2,6 +2,7 @@
  * configured database or the embedded default. */
 #include "cli.h"
 #include "engine.h"
+#include "http_api.h"
 #include "log.h"
 #include "migrate.h"
 #include "target_guard.h"
@@ -46,13 +47,50 @@ static const char serve_help[] =
     "  --kafka-brokers LIST   bootstrap servers (host:port,...) for the kafka channel\n"
     "  --exit-when-idle       exit once no event or delivery is due\n"
     "  --no-migrate           do not apply pending migrations at start\n"
+    "\n"
+    "HTTP API (docs/API.md; off unless --http or CRIER_HTTP is given):\n"
+    "  --http HOST:PORT       serve the HTTP API there (e.g. 127.0.0.1:8080; [::1]:8080;\n"
+    "                         :8080 for every interface; port 0 picks a free one, logged)\n"
+    "  --http-threads N       request threads, each with a database connection (default 4)\n"
+    "  --http-max-body BYTES  largest request body, e.g. 65536, 512k, 1m (default 1m)\n"
+    "  --cors-origin LIST     origins browsers may call the API from: comma-separated\n"
+    "                         exact origins (https://app.example.com) or * (default: none;\n"
+    "                         also CRIER_CORS_ORIGIN)\n"
+    "  --healthz-max-lag D    /healthz fails when the oldest due event has waited longer\n"
+    "                         (default 60s)\n"
     "durations (D) take a unit: 90, 1.5s, 10m, 2h, 5d.\n";
+
+enum {
+    SERVE_OPT_HTTP = 2000,
+    SERVE_OPT_HTTP_THREADS,
+    SERVE_OPT_HTTP_MAX_BODY,
+    SERVE_OPT_CORS_ORIGIN,
+    SERVE_OPT_HEALTHZ_MAX_LAG,
+};
 
 typedef struct {
     crier_engine_config cfg;
     bool migrate;
     int timeout_ms;
+    crier_http_api_options http;
 } serve_args;
+
+/* "65536", "512k", "1m" → bytes; -1 when malformed or out of range. */
+static long long serve_size(const char *arg)
+{
+    char *end;
+    long long v = strtoll(arg, &end, 10);
+    long long unit = 1;
+    if (end == arg || v <= 0)
+        return -1;
+    if (*end == 'k' || *end == 'K')
+        unit = 1024, end++;
+    else if (*end == 'm' || *end == 'M')
+        unit = 1024 * 1024, end++;
+    if (*end || v > (64LL << 20) / unit)
+        return -1;
+    return v * unit;
+}
 
 static int serve_option(void *ud, int opt, const char *arg)
 {
@@ -130,6 +168,25 @@ static int serve_option(void *ud, int opt, const char *arg)
         }
         a->cfg.kafka.bootstrap_servers = arg;
         return 0;
+    case SERVE_OPT_HTTP:
+        a->http.listen = arg;
+        return 0;
+    case SERVE_OPT_HTTP_THREADS:
+        return crier_cli_positive_int("serve", "http-threads", arg, 256, &a->http.threads);
+    case SERVE_OPT_HTTP_MAX_BODY: {
+        long long n = serve_size(arg);
+        if (n < 0) {
+            crier_cli_error("serve", "--http-max-body expects bytes up to 64m (65536, 512k, 1m), got '%s'", arg);
+            return -1;
+        }
+        a->http.max_body = (size_t)n;
+        return 0;
+    }
+    case SERVE_OPT_CORS_ORIGIN:
+        a->http.cors_origins = arg;
+        return 0;
+    case SERVE_OPT_HEALTHZ_MAX_LAG:
+        return crier_cli_duration("serve", "healthz-max-lag", arg, &a->http.healthz_max_lag);
     }
     return -1;
 }
@@ -155,11 +212,17 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"email-from", required_argument, NULL, 'F'},
                                             {"kafka-brokers", required_argument, NULL, 'K'},
                                             {"allow-targets", required_argument, NULL, 'T'},
+                                            {"http", required_argument, NULL, SERVE_OPT_HTTP},
+                                            {"http-threads", required_argument, NULL, SERVE_OPT_HTTP_THREADS},
+                                            {"http-max-body", required_argument, NULL, SERVE_OPT_HTTP_MAX_BODY},
+                                            {"cors-origin", required_argument, NULL, SERVE_OPT_CORS_ORIGIN},
+                                            {"healthz-max-lag", required_argument, NULL, SERVE_OPT_HEALTHZ_MAX_LAG},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     serve_args a;
     crier_engine_config *cfg = &a.cfg;
     crier_database db;
+    crier_http_api *api = NULL;
     char err[16384];
     int rc = 1;
 
@@ -171,6 +234,8 @@ int crier_cmd_serve(int argc, char **argv)
     cfg->shutdown_deadline = 10.0;
     cfg->handle_signals = true;
     cfg->watch_rules = true;
+    a.http.listen = getenv("CRIER_HTTP") && *getenv("CRIER_HTTP") ? getenv("CRIER_HTTP") : NULL;
+    a.http.cors_origins = getenv("CRIER_CORS_ORIGIN");
     if (getenv("CRIER_ALLOW_TARGETS")) {
         char why[256];
         if (crier_target_parse_allow(getenv("CRIER_ALLOW_TARGETS"), &cfg->webhook.allow_targets, why,
@@ -203,10 +268,28 @@ int crier_cmd_serve(int argc, char **argv)
     cfg->rules_dir = cli.rules_dir;
     cfg->settings = cli.settings;
     cfg->n_settings = cli.n_settings;
+    if (a.http.listen) {
+        /* the API runs in its own threads beside the engine's loop; it reloads
+         * its copy of the rules after the engine accepts a new version */
+        a.http.conninfo = db.conninfo;
+        a.http.lua_dir = cli.lua_dir;
+        a.http.rules_dir = cli.rules_dir;
+        a.http.settings = cli.settings;
+        a.http.n_settings = cli.n_settings;
+        api = crier_http_api_start(&a.http, err, sizeof err);
+        if (!api) {
+            crier_cli_error("serve", "%s", err);
+            crier_database_close(&db);
+            goto out;
+        }
+        cfg->on_rules_reloaded = crier_http_api_rules_changed;
+        cfg->on_rules_reloaded_ud = api;
+    }
     if (crier_engine_run(cfg, NULL, err, sizeof err) < 0)
         crier_cli_error("serve", "%s", err);
     else
         rc = 0;
+    crier_http_api_stop(api, 5.0);
     crier_database_close(&db);
 out:
     crier_cli_free(&cli);

@@ -18,7 +18,7 @@ static const char main_help[] =
     "delivers them at least once, never twice to a person.\n"
     "\n"
     "commands:\n"
-    "  serve     run the engine (fan-out and delivery workers)\n"
+    "  serve     run the engine (fan-out and delivery workers; --http: the HTTP API)\n"
     "  emit      emit one event (prints its id)\n"
     "  migrate   apply pending schema migrations\n"
     "  check     load and validate the rules\n"
@@ -29,6 +29,8 @@ static const char main_help[] =
     "  cluster   manage a private PostgreSQL cluster (start|stop|url DIR)\n"
     "  feed      a person's feed (not built yet: issue 5)\n"
     "  dead      list / replay dead letters (failed deliveries, quarantined events)\n"
+    "  keys      API keys of the HTTP API (create, list, revoke, rotate-secret)\n"
+    "  token     sign a short-lived user token for a person's own feed\n"
     "\n"
     "environment: CRIER_DATABASE_URL (libpq connection string), CRIER_DATA_DIR,\n"
     "CRIER_RULES, CRIER_LUA_DIR, CRIER_SET_<NAME>=VALUE, CRIER_LOG=debug|info|warn|error\n";
@@ -50,7 +52,7 @@ int main(int argc, char **argv)
         {"serve", crier_cmd_serve},   {"emit", crier_cmd_emit},       {"migrate", crier_cmd_migrate},
         {"check", crier_cmd_check},   {"try", crier_cmd_try},         {"status", crier_cmd_status},
         {"demo", crier_cmd_demo},     {"bench", crier_cmd_bench},     {"cluster", crier_cmd_cluster},
-        {"dead", crier_cmd_dead},
+        {"dead", crier_cmd_dead},     {"keys", crier_cmd_keys},       {"token", crier_cmd_token},
     };
     int rc;
 

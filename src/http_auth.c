@@ -1,0 +1,402 @@
+/* http_auth.c — API keys, user tokens and signed cursors of the HTTP API
+ * (see http_auth.h). */
+#include "http_auth.h"
+
+#include "log.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static const char b64url_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+size_t crier_base64url_encode(const unsigned char *in, size_t len, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned long v = (unsigned long)in[i] << 16;
+        if (i + 1 < len)
+            v |= (unsigned long)in[i + 1] << 8;
+        if (i + 2 < len)
+            v |= in[i + 2];
+        out[o++] = b64url_alphabet[(v >> 18) & 63];
+        out[o++] = b64url_alphabet[(v >> 12) & 63];
+        if (i + 1 < len)
+            out[o++] = b64url_alphabet[(v >> 6) & 63];
+        if (i + 2 < len)
+            out[o++] = b64url_alphabet[v & 63];
+    }
+    out[o] = '\0';
+    return o;
+}
+
+static int b64url_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+long crier_base64url_decode(const char *in, size_t len, unsigned char *out, size_t out_cap)
+{
+    unsigned long acc = 0;
+    int bits = 0;
+    size_t n = 0;
+
+    if (len % 4 == 1)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64url_value((unsigned char)in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (unsigned long)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (n == out_cap)
+                return -1;
+            out[n++] = (unsigned char)((acc >> bits) & 0xff);
+        }
+    }
+    /* the leftover bits must be zero (one encoding per value) */
+    if (bits > 0 && (acc & ((1UL << bits) - 1)) != 0)
+        return -1;
+    return (long)n;
+}
+
+int crier_auth_key_generate(char *out)
+{
+    unsigned char raw[32];
+    if (RAND_bytes(raw, sizeof raw) != 1)
+        return -1;
+    memcpy(out, CRIER_API_KEY_PREFIX, 4);
+    crier_base64url_encode(raw, sizeof raw, out + 4);
+    OPENSSL_cleanse(raw, sizeof raw);
+    return 0;
+}
+
+static void auth_hex(const unsigned char *in, size_t len, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = hex[in[i] >> 4];
+        out[2 * i + 1] = hex[in[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+/* Decodes lower- or upper-case hex; returns the byte count or -1. */
+static long auth_unhex(const char *in, unsigned char *out, size_t out_cap)
+{
+    size_t len = strlen(in);
+    if (len % 2 || len / 2 > out_cap)
+        return -1;
+    for (size_t i = 0; i < len / 2; i++) {
+        unsigned v;
+        if (sscanf(in + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (unsigned char)v;
+    }
+    return (long)(len / 2);
+}
+
+void crier_auth_key_hash_hex(const char *key, size_t len, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_Digest(key, len, md, &n, EVP_sha256(), NULL);
+    auth_hex(md, 32, out);
+}
+
+/* HMAC-SHA256(key, msg) into out (32 bytes). */
+static void auth_hmac(const unsigned char *key, size_t key_len, const void *msg, size_t msg_len,
+                      unsigned char out[32])
+{
+    unsigned int n = 32;
+    HMAC(EVP_sha256(), key, (int)key_len, msg, msg_len, out, &n);
+}
+
+/* A key derived from the tenant's secret for one purpose. */
+static void auth_derive(const unsigned char *secret, size_t secret_len, const char *label,
+                        unsigned char out[32])
+{
+    auth_hmac(secret, secret_len, label, strlen(label), out);
+}
+
+/* Appends s as a JSON string (the token payload's ids have no control
+ * characters; quotes and backslashes are escaped). */
+static void auth_json_string(crier_http_buf *b, const char *s)
+{
+    crier_http_buf_json_string(b, s);
+}
+
+char *crier_auth_token_sign(const unsigned char *secret, size_t secret_len, const char *tenant,
+                            const char *user, long long exp)
+{
+    crier_http_buf payload = {0}, token = {0};
+    unsigned char key[32], mac[32];
+    char *b64;
+
+    crier_http_buf_puts(&payload, "{\"t\":");
+    auth_json_string(&payload, tenant);
+    crier_http_buf_puts(&payload, ",\"u\":");
+    auth_json_string(&payload, user);
+    crier_http_buf_printf(&payload, ",\"exp\":%lld}", exp);
+
+    b64 = malloc(CRIER_BASE64URL_LEN(payload.len) + 1);
+    if (!b64)
+        abort();
+    crier_base64url_encode((const unsigned char *)payload.data, payload.len, b64);
+    crier_http_buf_puts(&token, CRIER_USER_TOKEN_PREFIX);
+    crier_http_buf_puts(&token, b64);
+    free(b64);
+    crier_http_buf_free(&payload);
+
+    auth_derive(secret, secret_len, "crier/user-token/v1", key);
+    auth_hmac(key, sizeof key, token.data, token.len, mac);
+    char mac64[CRIER_BASE64URL_LEN(32) + 1];
+    crier_base64url_encode(mac, sizeof mac, mac64);
+    crier_http_buf_puts(&token, ".");
+    crier_http_buf_puts(&token, mac64);
+    OPENSSL_cleanse(key, sizeof key);
+    return token.data;
+}
+
+/* Copies the secret from a hex column into r. */
+static int auth_take_secret(crier_http_request *r, const char *hex)
+{
+    long n = auth_unhex(hex, r->secret, sizeof r->secret);
+    if (n <= 0)
+        return -1;
+    r->secret_len = (size_t)n;
+    return 0;
+}
+
+static int auth_api_key(crier_http_request *r, const char *key)
+{
+    char hash[65];
+    const char *values[1] = {hash};
+    PGresult *res;
+
+    if (strlen(key) != CRIER_API_KEY_LEN)
+        return crier_http_error(r, 401, "invalid_api_key", "the API key is not valid");
+    crier_auth_key_hash_hex(key, strlen(key), hash);
+    /* looked up by its digest (an index): no comparison of secrets in C */
+    res =
+        crier_http_query(r,
+                         "SELECT k.id, k.tenant, k.revoked_at IS NOT NULL, encode(t.secret, 'hex')"
+                         " FROM crier.api_keys k JOIN crier.api_tenants t ON t.tenant = k.tenant"
+                         " WHERE k.key_hash = decode($1, 'hex')",
+                         1, values);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return crier_http_error(r, 401, "invalid_api_key", "the API key is not valid");
+    }
+    if (!strcmp(PQgetvalue(res, 0, 2), "t")) {
+        PQclear(res);
+        return crier_http_error(r, 401, "api_key_revoked", "the API key was revoked");
+    }
+    r->auth = CRIER_HTTP_AUTH_KEY;
+    r->key_id = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    snprintf(r->tenant, sizeof r->tenant, "%s", PQgetvalue(res, 0, 1));
+    if (auth_take_secret(r, PQgetvalue(res, 0, 3)) < 0) {
+        PQclear(res);
+        return crier_http_error(r, 500, "internal_error", "the tenant's secret is unusable");
+    }
+    PQclear(res);
+    return 0;
+}
+
+static int auth_user_token(crier_http_request *r, const char *token)
+{
+    const char *payload64 = token + strlen(CRIER_USER_TOKEN_PREFIX);
+    const char *dot = strchr(payload64, '.');
+    unsigned char payload[1024], mac[64], key[32], want[32];
+    long payload_len, mac_len;
+    const char *values[1];
+    PGresult *res;
+    long long exp;
+    bool ok;
+
+    if (!dot || strlen(token) > 2048)
+        return crier_http_error(r, 401, "invalid_token", "the user token is malformed");
+    payload_len =
+        crier_base64url_decode(payload64, (size_t)(dot - payload64), payload, sizeof payload - 1);
+    mac_len = crier_base64url_decode(dot + 1, strlen(dot + 1), mac, sizeof mac);
+    if (payload_len <= 0 || mac_len != 32 || memchr(payload, '\0', (size_t)payload_len))
+        return crier_http_error(r, 401, "invalid_token", "the user token is malformed");
+    payload[payload_len] = '\0';
+    /* PostgreSQL reads the payload (JSON) and the claimed tenant's secret; the
+     * claims are trusted only once the mac checks out */
+    values[0] = (const char *)payload;
+    res = PQexecParams(r->pg,
+                       "SELECT p.j->>'t', p.j->>'u', p.j->>'exp', encode(t.secret, 'hex')"
+                       " FROM (SELECT $1::jsonb AS j) p"
+                       " LEFT JOIN crier.api_tenants t ON jsonb_typeof(p.j->'t') = 'string' AND "
+                       "t.tenant = p.j->>'t'"
+                       " WHERE jsonb_typeof(p.j) = 'object' AND jsonb_typeof(p.j->'u') = 'string'"
+                       "   AND jsonb_typeof(p.j->'exp') = 'number'",
+                       1, NULL, values, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        bool bad_json = state && !strncmp(state, "22", 2);
+        PQclear(res);
+        if (bad_json)
+            return crier_http_error(r, 401, "invalid_token", "the user token is malformed");
+        return crier_http_error(r, 503, "database_unavailable",
+                                "the database is unavailable; retry");
+    }
+    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 3) ||
+        auth_take_secret(r, PQgetvalue(res, 0, 3)) < 0) {
+        PQclear(res);
+        return crier_http_error(r, 401, "invalid_token", "the user token is not valid");
+    }
+    auth_derive(r->secret, r->secret_len, "crier/user-token/v1", key);
+    auth_hmac(key, sizeof key, token, (size_t)(dot - token), want);
+    ok = CRYPTO_memcmp(want, mac, 32) == 0;
+    OPENSSL_cleanse(key, sizeof key);
+    if (!ok) {
+        PQclear(res);
+        memset(r->secret, 0, sizeof r->secret);
+        r->secret_len = 0;
+        return crier_http_error(r, 401, "invalid_token", "the user token's signature is not valid");
+    }
+    exp = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+    if (exp <= (long long)time(NULL)) {
+        PQclear(res);
+        return crier_http_error(r, 401, "token_expired",
+                                "the user token has expired; get a new one");
+    }
+    if (!crier_http_valid_id(PQgetvalue(res, 0, 0), CRIER_HTTP_ID_MAX) ||
+        !crier_http_valid_id(PQgetvalue(res, 0, 1), CRIER_HTTP_ID_MAX)) {
+        PQclear(res);
+        return crier_http_error(r, 401, "invalid_token", "the user token is not valid");
+    }
+    r->auth = CRIER_HTTP_AUTH_USER;
+    snprintf(r->tenant, sizeof r->tenant, "%s", PQgetvalue(res, 0, 0));
+    snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, 0, 1));
+    PQclear(res);
+    return 0;
+}
+
+int crier_http_authenticate(crier_http_request *r, bool allow_user_token)
+{
+    const char *h = crier_http_header(r, "Authorization");
+    const char *cred;
+
+    if (!h)
+        return crier_http_error(
+            r, 401, "unauthorized",
+            "send Authorization: Bearer <API key> (crk_…) or Bearer <user token> (cut1.…)");
+    if (strncasecmp(h, "Bearer ", 7))
+        return crier_http_error(r, 401, "unauthorized", "the Authorization scheme must be Bearer");
+    cred = h + 7;
+    while (*cred == ' ')
+        cred++;
+    if (!strncmp(cred, CRIER_API_KEY_PREFIX, strlen(CRIER_API_KEY_PREFIX)))
+        return auth_api_key(r, cred);
+    if (!strncmp(cred, CRIER_USER_TOKEN_PREFIX, strlen(CRIER_USER_TOKEN_PREFIX))) {
+        if (auth_user_token(r, cred) < 0)
+            return -1;
+        if (!allow_user_token)
+            return crier_http_error(r, 403, "forbidden",
+                                    "a user token may only use the feed endpoints; use an API key");
+        return 0;
+    }
+    return crier_http_error(r, 401, "unauthorized",
+                            "unknown credential: expected an API key (crk_…) or a user "
+                            "token (cut1.…)");
+}
+
+/* ------------------------------------------------------------------------
+ * Cursors
+ */
+
+#define CURSOR_VERSION 1
+#define CURSOR_MAC_LEN 16
+
+static void cursor_mac(const crier_http_request *r, const char *const *scope, int n_scope,
+                       const unsigned char *pos, size_t pos_len, unsigned char out[32])
+{
+    unsigned char key[32];
+    crier_http_buf msg = {0};
+    crier_http_buf_puts(&msg, "crier/cursor/v1");
+    /* length-prefixed scope parts: no two scopes share an encoding */
+    for (int i = 0; i < n_scope; i++) {
+        size_t len = strlen(scope[i]);
+        unsigned char l[4] = {(unsigned char)(len >> 24), (unsigned char)(len >> 16),
+                              (unsigned char)(len >> 8), (unsigned char)len};
+        crier_http_buf_add(&msg, (const char *)l, 4);
+        crier_http_buf_add(&msg, scope[i], len);
+    }
+    crier_http_buf_add(&msg, (const char *)pos, pos_len);
+    auth_derive(r->secret, r->secret_len, "crier/cursor/v1", key);
+    auth_hmac(key, sizeof key, msg.data, msg.len, out);
+    OPENSSL_cleanse(key, sizeof key);
+    crier_http_buf_free(&msg);
+}
+
+void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,
+                              const int64_t *values, int n, char *out, size_t out_len)
+{
+    unsigned char raw[1 + 8 * CRIER_CURSOR_MAX_VALUES + CURSOR_MAC_LEN], mac[32];
+    size_t len = 1;
+    char text[CRIER_BASE64URL_LEN(sizeof raw) + 1];
+
+    if (n > CRIER_CURSOR_MAX_VALUES)
+        n = CRIER_CURSOR_MAX_VALUES;
+    raw[0] = CURSOR_VERSION;
+    for (int i = 0; i < n; i++) {
+        uint64_t v = (uint64_t)values[i];
+        for (int b = 7; b >= 0; b--)
+            raw[len++] = (unsigned char)(v >> (8 * b));
+    }
+    cursor_mac(r, scope, n_scope, raw, len, mac);
+    memcpy(raw + len, mac, CURSOR_MAC_LEN);
+    len += CURSOR_MAC_LEN;
+    crier_base64url_encode(raw, len, text);
+    snprintf(out, out_len, "%s", text);
+}
+
+int crier_http_cursor_decode(crier_http_request *r, const char *text, const char *const *scope,
+                             int n_scope, int64_t *values, int n)
+{
+    unsigned char raw[1 + 8 * CRIER_CURSOR_MAX_VALUES + CURSOR_MAC_LEN + 1], mac[32];
+    size_t want = 1 + 8 * (size_t)n + CURSOR_MAC_LEN;
+    long len;
+
+    if (!text || strlen(text) > 2 * sizeof raw)
+        return crier_http_error(r, 400, "invalid_cursor", "the cursor is not valid");
+    len = crier_base64url_decode(text, strlen(text), raw, sizeof raw);
+    if (len < 0 || (size_t)len != want || raw[0] != CURSOR_VERSION)
+        return crier_http_error(r, 400, "invalid_cursor", "the cursor is not valid");
+    cursor_mac(r, scope, n_scope, raw, want - CURSOR_MAC_LEN, mac);
+    if (CRYPTO_memcmp(mac, raw + want - CURSOR_MAC_LEN, CURSOR_MAC_LEN) != 0)
+        return crier_http_error(
+            r, 400, "invalid_cursor",
+            "the cursor is not valid here (altered, or made for another list or person)");
+    for (int i = 0; i < n; i++) {
+        uint64_t v = 0;
+        for (int b = 0; b < 8; b++)
+            v = (v << 8) | raw[1 + 8 * i + b];
+        values[i] = (int64_t)v;
+    }
+    return 0;
+}

@@ -1,0 +1,75 @@
+/* http_auth.h — who is calling the HTTP API, and the signed strings it hands out.
+ *
+ *   - API keys (servers): "crk_" + base64url of 32 random bytes, shown once by
+ *     crier keys create; the database keeps only their SHA-256, looked up by
+ *     index. A key acts for any user of its tenant.
+ *   - User tokens (a person's own feed, callable from a browser):
+ *     "cut1." + base64url(payload) + "." + base64url(mac), the payload being
+ *     {"t": tenant, "u": user, "exp": unix seconds} and the mac
+ *     HMAC-SHA256(K_token, "cut1." + base64url(payload)), where K_token is
+ *     derived from the tenant's secret (crier.api_tenants). Short-lived.
+ *   - Cursors (keyset pagination): base64url of a version byte, the position
+ *     (big-endian 64-bit values) and a 128-bit HMAC with K_cursor (derived
+ *     from the tenant's secret) over a scope (what list, whose) and the
+ *     position: opaque, and any change to them is detected.
+ * Derived keys are HMAC-SHA256(secret, label), so a token's mac can never
+ * pass as a cursor's. */
+#ifndef CRIER_HTTP_AUTH_H
+#define CRIER_HTTP_AUTH_H
+
+#include "http_api.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CRIER_API_KEY_PREFIX "crk_"
+#define CRIER_API_KEY_LEN 47 /* "crk_" + 43 base64url characters */
+#define CRIER_USER_TOKEN_PREFIX "cut1."
+#define CRIER_USER_TOKEN_MAX_TTL 86400
+#define CRIER_CURSOR_MAX_VALUES 4
+
+/* Characters base64url (no padding) needs for len bytes, without the NUL. */
+#define CRIER_BASE64URL_LEN(len) (((len)*4 + 2) / 3)
+
+/* Encodes in[0..len) as base64url without padding into out (at least
+ * CRIER_BASE64URL_LEN(len) + 1 bytes); returns the length written. */
+size_t crier_base64url_encode(const unsigned char *in, size_t len, char *out);
+
+/* Decodes base64url (no padding, no other characters) into out, which holds
+ * out_cap bytes. Returns the decoded length, or -1 when malformed or too long. */
+long crier_base64url_decode(const char *in, size_t len, unsigned char *out, size_t out_cap);
+
+/* Generates a new API key into out (CRIER_API_KEY_LEN + 1 bytes) from
+ * OpenSSL's random generator. Returns 0, or -1 when no randomness is available. */
+int crier_auth_key_generate(char *out);
+
+/* The SHA-256 of a key's text, as 64 lower-case hex digits plus NUL. */
+void crier_auth_key_hash_hex(const char *key, size_t len, char out[65]);
+
+/* Signs a user token for (tenant, user) valid until exp (unix seconds) with
+ * the tenant's secret. Returns a malloc'd token (the caller frees it), or NULL
+ * when out of memory. */
+char *crier_auth_token_sign(const unsigned char *secret, size_t secret_len, const char *tenant,
+                            const char *user, long long exp);
+
+/* Authenticates r from its Authorization header (Bearer crk_… or Bearer
+ * cut1.…) on the request's connection: fills r->auth, tenant, user, key_id
+ * and the tenant's secret. A user token is refused (403) unless
+ * allow_user_token. Returns 0, or -1 with 401 (unauthorized,
+ * invalid_api_key, api_key_revoked, invalid_token, token_expired) or 403 set. */
+int crier_http_authenticate(crier_http_request *r, bool allow_user_token);
+
+/* Encodes a cursor for the position values[0..n) in the list named by
+ * scope[0..n_scope) (e.g. {"feed", user, "0"}) with r's tenant secret into
+ * out (at least 128 bytes). */
+void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,
+                              const int64_t *values, int n, char *out, size_t out_len);
+
+/* Decodes a cursor made by crier_http_cursor_encode for the same scope.
+ * Returns 0, or -1 with 400 invalid_cursor set when it was forged, altered,
+ * made for another list, person or tenant, or is not a cursor at all. */
+int crier_http_cursor_decode(crier_http_request *r, const char *text, const char *const *scope,
+                             int n_scope, int64_t *values, int n);
+
+#endif

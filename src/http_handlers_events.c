@@ -1,0 +1,245 @@
+/* http_handlers_events.c — intake and tokens: POST /v1/events (validated by
+ * the rules, deduplicated by crier.emit, with Idempotency-Key replays),
+ * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser). */
+#include "http_api.h"
+#include "http_auth.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* An Idempotency-Key: 1..200 visible ASCII characters. */
+static bool events_valid_idempotency_key(const char *k)
+{
+    size_t len = strlen(k);
+    if (len == 0 || len > CRIER_HTTP_ID_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (k[i] < 0x21 || k[i] > 0x7e)
+            return false;
+    return true;
+}
+
+static bool events_valid_type(const char *t)
+{
+    size_t len = strlen(t);
+    return len > 0 && len <= 200 &&
+           strspn(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == len;
+}
+
+/* Claims the Idempotency-Key for this request. Returns 1 when the request
+ * should go on (the key is new), 0 when a response was set (a replay of the
+ * first response, or 409 for another body), -1 on error. A concurrent request
+ * with the same key waits on the row until the first one commits or rolls
+ * back. */
+static int events_claim_key(crier_http_request *r, const char *key)
+{
+    const char *values[3] = {r->tenant, key, r->body};
+    PGresult *res;
+
+    res = crier_http_query(r,
+                           "DELETE FROM crier.api_idempotency WHERE tenant = $1 AND key = $2"
+                           " AND created_at < now() - interval '24 hours'",
+                           2, values);
+    if (!res)
+        return -1;
+    PQclear(res);
+    res = crier_http_query(r,
+                           "INSERT INTO crier.api_idempotency (tenant, key, request_hash)"
+                           " VALUES ($1, $2, sha256(convert_to($3::jsonb::text, 'UTF8')))"
+                           " ON CONFLICT DO NOTHING RETURNING 1",
+                           3, values);
+    if (!res)
+        return -1;
+    int claimed = PQntuples(res);
+    PQclear(res);
+    if (claimed)
+        return 1;
+    res = crier_http_query(
+        r,
+        "SELECT request_hash = sha256(convert_to($3::jsonb::text, 'UTF8')), status, response"
+        " FROM crier.api_idempotency WHERE tenant = $1 AND key = $2",
+        3, values);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 2)) {
+        PQclear(res);
+        return crier_http_error(
+            r, 409, "idempotency_key_in_use",
+            "a request with this Idempotency-Key is still being processed; retry");
+    }
+    if (strcmp(PQgetvalue(res, 0, 0), "t")) {
+        PQclear(res);
+        return crier_http_error(r, 409, "idempotency_key_reused",
+                                "this Idempotency-Key was used with a different request body");
+    }
+    /* the same request again: the first response, marked as a replay */
+    crier_http_reply(r, 200, PQgetvalue(res, 0, 2), (size_t)PQgetlength(res, 0, 2));
+    r->replayed = true;
+    PQclear(res);
+    return 0;
+}
+
+int crier_http_events_create(crier_http_request *r)
+{
+    static const char *const names[] = {"type", "entity_id", "payload", "dedupe_key"};
+    crier_http_field f[4];
+    const char *type, *entity, *payload = "{}", *dedupe, *key;
+    char err[2048], id[32];
+    const char *values[5];
+    PGresult *res;
+    crier_plan_status st;
+    bool created;
+
+    key = crier_http_header(r, "Idempotency-Key");
+    if (key && !events_valid_idempotency_key(key))
+        return crier_http_error(r, 400, "invalid_header",
+                                "Idempotency-Key must be 1 to %d visible ASCII characters",
+                                CRIER_HTTP_ID_MAX);
+    if (crier_http_body_fields(r, names, 4, f, false) < 0 ||
+        crier_http_field_string(r, &f[0], true, 200, true, &type) < 0 ||
+        crier_http_field_string(r, &f[1], true, 500, true, &entity) < 0 ||
+        crier_http_field_string(r, &f[3], false, 500, true, &dedupe) < 0)
+        return -1;
+    if (!events_valid_type(type))
+        return crier_http_error(r, 400, "invalid_field",
+                                "field type must be 1 to 200 letters, digits, '.', '_' or '-'");
+    if (f[2].type) {
+        if (strcmp(f[2].type, "object"))
+            return crier_http_error(r, 400, "invalid_field",
+                                    "field payload must be a JSON object, got %s", f[2].type);
+        payload = f[2].value;
+    }
+    st = crier_http_api_validate_event(r->api, type, payload, err, sizeof err);
+    if (st == CRIER_PLAN_UNKNOWN_TYPE)
+        return crier_http_error(r, 422, "unknown_event_type", "%s", err);
+    if (st == CRIER_PLAN_INVALID_PAYLOAD)
+        return crier_http_error(r, 422, "invalid_payload", "%s", err);
+    if (st != CRIER_PLAN_OK) {
+        crier_error("http", "request %llu: validating a %s event failed: %s", r->id, type, err);
+        return crier_http_error(r, 500, "internal_error",
+                                "the rules failed to validate the event (request id %llu)", r->id);
+    }
+    if (key) {
+        int go = events_claim_key(r, key);
+        if (go <= 0)
+            return go;
+    }
+
+    values[0] = r->tenant;
+    values[1] = type;
+    values[2] = entity;
+    values[3] = payload;
+    values[4] = dedupe;
+    res = crier_http_query(r, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, values);
+    if (!res)
+        return -1;
+    snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    /* the row was inserted by this transaction unless it was a duplicate */
+    values[0] = id;
+    values[1] = r->tenant;
+    res = crier_http_query(
+        r,
+        "SELECT e.xmin = pg_current_xact_id()::xid,"
+        " json_build_object('id', e.id, 'type', e.event_type, 'entity_id', e.entity_id,"
+        "   'dedupe_key', e.dedupe_key, 'state', e.state, 'created_at', e.created_at,"
+        "   'duplicate', e.xmin <> pg_current_xact_id()::xid)"
+        " FROM crier.events e WHERE e.id = $1::bigint AND e.tenant = $2",
+        2, values);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return crier_http_error(r, 500, "internal_error",
+                                "the emitted event vanished (request id %llu)", r->id);
+    }
+    created = !strcmp(PQgetvalue(res, 0, 0), "t");
+    crier_http_reply(r, created ? 201 : 200, PQgetvalue(res, 0, 1), (size_t)PQgetlength(res, 0, 1));
+    PQclear(res);
+    if (key) {
+        char status[8];
+        snprintf(status, sizeof status, "%u", r->status);
+        values[0] = r->tenant;
+        values[1] = key;
+        values[2] = status;
+        values[3] = r->response.data;
+        res = crier_http_query(r,
+                               "UPDATE crier.api_idempotency SET status = $3::int, response = $4"
+                               " WHERE tenant = $1 AND key = $2",
+                               4, values);
+        if (!res)
+            return -1;
+        PQclear(res);
+    }
+    /* now and then, purge idempotency records past their day */
+    if (r->id % 256 == 0) {
+        res = crier_http_query(r,
+                               "DELETE FROM crier.api_idempotency WHERE ctid = ANY (ARRAY("
+                               " SELECT ctid FROM crier.api_idempotency"
+                               " WHERE created_at < now() - interval '24 hours' LIMIT 1000))",
+                               0, NULL);
+        if (res)
+            PQclear(res);
+        else
+            return -1;
+    }
+    return 0;
+}
+
+int crier_http_events_get(crier_http_request *r)
+{
+    long long id;
+    char id_text[24];
+    const char *values[2];
+    PGresult *res;
+
+    if (crier_http_path_id(r, r->segments[2], "the event id", &id) < 0)
+        return -1;
+    snprintf(id_text, sizeof id_text, "%lld", id);
+    values[0] = r->tenant;
+    values[1] = id_text;
+    res = crier_http_query(r, "SELECT crier.api_event($1, $2::bigint, 100)", 2, values);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
+        PQclear(res);
+        return crier_http_error(r, 404, "not_found", "no event %lld", id);
+    }
+    crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+    PQclear(res);
+    return 0;
+}
+
+int crier_http_tokens_create(crier_http_request *r)
+{
+    static const char *const names[] = {"user", "ttl_seconds"};
+    crier_http_field f[2];
+    const char *user;
+    long long ttl;
+    char *token;
+    char expires[40];
+    time_t exp;
+    struct tm tm;
+    crier_http_buf out = {0};
+
+    if (crier_http_body_fields(r, names, 2, f, false) < 0 ||
+        crier_http_field_string(r, &f[0], true, CRIER_HTTP_ID_MAX, true, &user) < 0 ||
+        crier_http_field_int(r, &f[1], false, 1, CRIER_USER_TOKEN_MAX_TTL, 900, &ttl) < 0)
+        return -1;
+    exp = time(NULL) + (time_t)ttl;
+    token = crier_auth_token_sign(r->secret, r->secret_len, r->tenant, user, (long long)exp);
+    gmtime_r(&exp, &tm);
+    strftime(expires, sizeof expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    crier_http_buf_puts(&out, "{\"token\":");
+    crier_http_buf_json_string(&out, token);
+    crier_http_buf_puts(&out, ",\"user\":");
+    crier_http_buf_json_string(&out, user);
+    crier_http_buf_printf(&out, ",\"expires_at\":\"%s\",\"expires_in\":%lld}", expires, ttl);
+    crier_http_reply(r, 201, out.data, out.len);
+    crier_http_buf_free(&out);
+    free(token);
+    return 0;
+}

@@ -1,0 +1,221 @@
+/* http_handlers_feed.c — a person's feed over HTTP: the page of items (keyset
+ * pagination with signed cursors), unread/unseen counts, mark all read or
+ * seen (exact: crier.feed_mark_all stores the request's snapshot), and
+ * marking one item. A user token reaches only its own person's feed; an API
+ * key names the person with ?user=. */
+#include "http_api.h"
+#include "http_auth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FEED_DEFAULT_LIMIT 20
+
+/* One feed row as JSON, from crier.feed's columns. */
+#define FEED_ITEM_JSON                                                                             \
+    "json_build_object('id', f.id, 'kind', f.kind, 'type', f.event_type, 'content', f.content,"    \
+    " 'created_at', f.created_at, 'read', f.read, 'seen', f.seen, 'archived', f.archived)"
+
+/* The person whose feed the request reads: the token's user, or ?user= with
+ * an API key. */
+static int feed_user(crier_http_request *r, const char **user)
+{
+    const char *q;
+    if (crier_http_arg(r, "user", &q) < 0)
+        return -1;
+    if (r->auth == CRIER_HTTP_AUTH_USER) {
+        if (q && strcmp(q, r->user))
+            return crier_http_error(r, 403, "forbidden",
+                                    "a user token may only read its own user's feed");
+        *user = r->user;
+        return 0;
+    }
+    if (!q)
+        return crier_http_error(r, 400, "invalid_field",
+                                "query parameter user is required with an API key");
+    if (!crier_http_valid_id(q, CRIER_HTTP_ID_MAX))
+        return crier_http_error(r, 400, "invalid_field",
+                                "query parameter user must be 1 to %d characters",
+                                CRIER_HTTP_ID_MAX);
+    *user = q;
+    return 0;
+}
+
+int crier_http_feed_list(crier_http_request *r)
+{
+    const char *user, *cursor;
+    long long limit;
+    bool archived;
+    int64_t before = 0;
+    char before_text[24], limit_text[24], next[160], head[160];
+    const char *values[5];
+    PGresult *res;
+    crier_http_buf out = {0};
+    int n;
+
+    if (feed_user(r, &user) < 0 ||
+        crier_http_arg_int(r, "limit", 1, CRIER_HTTP_PAGE_MAX, FEED_DEFAULT_LIMIT, &limit) < 0 ||
+        crier_http_arg_bool(r, "archived", false, &archived) < 0 ||
+        crier_http_arg(r, "cursor", &cursor) < 0)
+        return -1;
+    const char *scope[] = {"feed", user, archived ? "archived" : "live"};
+    if (cursor && crier_http_cursor_decode(r, cursor, scope, 3, &before, 1) < 0)
+        return -1;
+    snprintf(before_text, sizeof before_text, "%lld", (long long)before);
+    snprintf(limit_text, sizeof limit_text, "%lld", limit + 1);
+    values[0] = r->tenant;
+    values[1] = user;
+    values[2] = cursor ? before_text : NULL;
+    values[3] = limit_text;
+    values[4] = archived ? "true" : "false";
+    /* one row more than the page tells whether another page follows */
+    res = crier_http_query(r,
+                           "SELECT " FEED_ITEM_JSON
+                           ", f.id FROM crier.feed($1, $2, $3::bigint, $4::int, $5::bool) f"
+                           " ORDER BY f.id DESC",
+                           5, values);
+    if (!res)
+        return -1;
+    n = PQntuples(res);
+    crier_http_buf_puts(&out, "{\"items\":[");
+    for (int i = 0; i < n && i < limit; i++) {
+        if (i)
+            crier_http_buf_puts(&out, ",");
+        crier_http_buf_add(&out, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
+    }
+    crier_http_buf_puts(&out, "],\"next_cursor\":");
+    if (n > limit) {
+        int64_t last = strtoll(PQgetvalue(res, (int)limit - 1, 1), NULL, 10);
+        crier_http_cursor_encode(r, scope, 3, &last, 1, next, sizeof next);
+        crier_http_buf_json_string(&out, next);
+    } else {
+        crier_http_buf_puts(&out, "null");
+    }
+    /* the first page's newest item: POST /v1/feed/read-all {"cursor": head}
+     * marks read what the person has been shown, not what arrived since */
+    crier_http_buf_puts(&out, ",\"head_cursor\":");
+    if (!cursor && n > 0) {
+        const char *head_scope[] = {"feed-head", user};
+        int64_t top = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        crier_http_cursor_encode(r, head_scope, 2, &top, 1, head, sizeof head);
+        crier_http_buf_json_string(&out, head);
+    } else {
+        crier_http_buf_puts(&out, "null");
+    }
+    crier_http_buf_puts(&out, "}");
+    PQclear(res);
+    crier_http_reply(r, 200, out.data, out.len);
+    crier_http_buf_free(&out);
+    return 0;
+}
+
+/* Answers with the person's counts (after a change, in its transaction). */
+static int feed_reply_counts(crier_http_request *r, const char *user, unsigned status)
+{
+    const char *values[2] = {r->tenant, user};
+    PGresult *res =
+        crier_http_query(r,
+                         "SELECT json_build_object('unread', c.unread, 'unseen', c.unseen)"
+                         " FROM crier.feed_counts($1, $2) c",
+                         2, values);
+    if (!res)
+        return -1;
+    crier_http_reply(r, status, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+    PQclear(res);
+    return 0;
+}
+
+int crier_http_feed_counts(crier_http_request *r)
+{
+    const char *user;
+    if (feed_user(r, &user) < 0)
+        return -1;
+    return feed_reply_counts(r, user, 200);
+}
+
+int crier_http_feed_mark_all(crier_http_request *r)
+{
+    static const char *const names[] = {"cursor"};
+    crier_http_field f[1];
+    const char *user, *cursor;
+    const char *what = !strcmp(r->segments[2], "seen-all") ? "seen" : "read";
+    int64_t upto = 0;
+    char upto_text[24];
+    const char *values[4];
+    PGresult *res;
+
+    if (feed_user(r, &user) < 0 || crier_http_body_fields(r, names, 1, f, true) < 0 ||
+        crier_http_field_string(r, &f[0], false, 200, true, &cursor) < 0)
+        return -1;
+    if (cursor) {
+        const char *head_scope[] = {"feed-head", user};
+        if (crier_http_cursor_decode(r, cursor, head_scope, 2, &upto, 1) < 0)
+            return -1;
+    }
+    snprintf(upto_text, sizeof upto_text, "%lld", (long long)upto);
+    values[0] = r->tenant;
+    values[1] = user;
+    values[2] = what;
+    values[3] = cursor ? upto_text : NULL;
+    res = crier_http_query(r, "SELECT crier.feed_mark_all($1, $2, $3, $4::bigint)", 4, values);
+    if (!res)
+        return -1;
+    PQclear(res);
+    return feed_reply_counts(r, user, 200);
+}
+
+int crier_http_feed_item(crier_http_request *r)
+{
+    static const struct {
+        const char *action, *what, *value;
+    } actions[] = {
+        {"read", "read", "true"},        {"unread", "read", "false"},
+        {"seen", "seen", "true"},        {"unseen", "seen", "false"},
+        {"archive", "archived", "true"}, {"unarchive", "archived", "false"},
+    };
+    const char *user;
+    long long item;
+    char item_text[24];
+    const char *values[5];
+    PGresult *res;
+    size_t a;
+
+    for (a = 0; a < sizeof actions / sizeof actions[0]; a++)
+        if (!strcmp(r->segments[4], actions[a].action))
+            break;
+    if (a == sizeof actions / sizeof actions[0])
+        return crier_http_error(
+            r, 404, "not_found",
+            "no such action: use read, unread, seen, unseen, archive or unarchive");
+    if (crier_http_path_id(r, r->segments[3], "the item id", &item) < 0 || feed_user(r, &user) < 0)
+        return -1;
+    snprintf(item_text, sizeof item_text, "%lld", item);
+    values[0] = r->tenant;
+    values[1] = user;
+    values[2] = item_text;
+    values[3] = actions[a].what;
+    values[4] = actions[a].value;
+    res =
+        crier_http_query(r, "SELECT crier.feed_mark($1, $2, $3::bigint, $4, $5::bool)", 5, values);
+    if (!res)
+        return -1;
+    bool found = !strcmp(PQgetvalue(res, 0, 0), "t");
+    PQclear(res);
+    if (!found)
+        return crier_http_error(r, 404, "not_found", "no item %lld in this feed", item);
+    res = crier_http_query(r,
+                           "SELECT " FEED_ITEM_JSON
+                           " FROM crier.feed($1, $2, $3::bigint + 1, 1, true) f"
+                           " WHERE f.id = $3::bigint",
+                           3, values);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1) {
+        PQclear(res);
+        return crier_http_error(r, 404, "not_found", "no item %lld in this feed", item);
+    }
+    crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+    PQclear(res);
+    return 0;
+}

@@ -1,0 +1,361 @@
+/* http_handlers_ops.c — the operator's endpoints: a notification's status with
+ * its deliveries and attempts, dead letters (listed with keyset cursors, and
+ * replayed), /metrics in the Prometheus text format and /healthz. */
+#include "http_api.h"
+#include "http_auth.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEAD_DEFAULT_LIMIT 50
+#define DEAD_REPLAY_CHUNK 1000
+
+int crier_http_notifications_get(crier_http_request *r)
+{
+    long long id;
+    char id_text[24];
+    const char *values[2];
+    PGresult *res;
+
+    if (crier_http_path_id(r, r->segments[2], "the notification id", &id) < 0)
+        return -1;
+    snprintf(id_text, sizeof id_text, "%lld", id);
+    values[0] = r->tenant;
+    values[1] = id_text;
+    res = crier_http_query(r, "SELECT crier.api_notification($1, $2::bigint)", 2, values);
+    if (!res)
+        return -1;
+    /* another tenant's notification is "not found", like a missing one */
+    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
+        PQclear(res);
+        return crier_http_error(r, 404, "not_found", "no notification %lld", id);
+    }
+    crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+    PQclear(res);
+    return 0;
+}
+
+/* "2h" (a duration ago) → a timestamp; anything else is left for PostgreSQL
+ * to parse as a timestamp (a bad one is a 400). */
+static const char *dead_time(const char *arg, char *buf, size_t len)
+{
+    char *end;
+    double v, unit = 0;
+    if (!arg)
+        return NULL;
+    v = strtod(arg, &end);
+    if (end != arg && v >= 0 && v < 1e9) {
+        if (!*end)
+            unit = 1;
+        else if (!end[1])
+            unit = *end == 's'   ? 1
+                   : *end == 'm' ? 60
+                   : *end == 'h' ? 3600
+                   : *end == 'd' ? 86400
+                                 : 0;
+    }
+    if (unit == 0)
+        return arg;
+    time_t t = time(NULL) - (time_t)(v * unit);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S+00", &tm);
+    return buf;
+}
+
+typedef struct {
+    const char *type, *channel, *kind, *since, *until;
+    char since_buf[40], until_buf[40];
+} dead_filters;
+
+static int dead_check_filters(crier_http_request *r, dead_filters *d)
+{
+    if (d->type && !crier_http_valid_id(d->type, 200))
+        return crier_http_error(r, 400, "invalid_field", "type must be an event type");
+    if (d->channel && strcmp(d->channel, "webhook") && strcmp(d->channel, "email") &&
+        strcmp(d->channel, "kafka"))
+        return crier_http_error(r, 400, "invalid_field", "channel must be webhook, email or kafka");
+    if (d->kind && strcmp(d->kind, "delivery") && strcmp(d->kind, "event"))
+        return crier_http_error(r, 400, "invalid_field", "kind must be delivery or event");
+    if ((d->since && strlen(d->since) > 64) || (d->until && strlen(d->until) > 64))
+        return crier_http_error(r, 400, "invalid_field",
+                                "since and until take a timestamp or a duration ago");
+    d->since = dead_time(d->since, d->since_buf, sizeof d->since_buf);
+    d->until = dead_time(d->until, d->until_buf, sizeof d->until_buf);
+    return 0;
+}
+
+int crier_http_dead_list(crier_http_request *r)
+{
+    dead_filters d = {0};
+    const char *cursor;
+    long long limit;
+    int64_t pos[3] = {0, 0, 0};
+    char pos_text[3][24], limit_text[24], next[160];
+    const char *values[10];
+    const char *scope[] = {"dead"};
+    PGresult *res;
+    crier_http_buf out = {0};
+    int n;
+
+    if (crier_http_arg(r, "type", &d.type) < 0 || crier_http_arg(r, "channel", &d.channel) < 0 ||
+        crier_http_arg(r, "kind", &d.kind) < 0 || crier_http_arg(r, "since", &d.since) < 0 ||
+        crier_http_arg(r, "until", &d.until) < 0 || crier_http_arg(r, "cursor", &cursor) < 0 ||
+        crier_http_arg_int(r, "limit", 1, CRIER_HTTP_PAGE_MAX, DEAD_DEFAULT_LIMIT, &limit) < 0 ||
+        dead_check_filters(r, &d) < 0)
+        return -1;
+    if (cursor && crier_http_cursor_decode(r, cursor, scope, 1, pos, 3) < 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        snprintf(pos_text[i], sizeof pos_text[i], "%lld", (long long)pos[i]);
+    snprintf(limit_text, sizeof limit_text, "%lld", limit + 1);
+    values[0] = r->tenant;
+    values[1] = d.type;
+    values[2] = d.channel;
+    values[3] = d.since;
+    values[4] = d.until;
+    values[5] = d.kind;
+    values[6] = cursor ? pos_text[0] : NULL;
+    values[7] = pos_text[1];
+    values[8] = pos_text[2];
+    values[9] = limit_text;
+    res = crier_http_query(
+        r,
+        "SELECT json_build_object('kind', x.kind, 'id', x.id, 'event_id', x.event_id, 'type', "
+        "x.event_type,"
+        "   'entity_id', x.entity_id, 'recipient', x.recipient, 'channel', x.channel, 'target', "
+        "x.target,"
+        "   'attempts', x.attempts, 'died_at', x.died_at, 'last_status', x.last_status,"
+        "   'last_error', x.last_error), x.sort_us, x.kind_rank, x.id"
+        " FROM crier.api_dead_letters($1, $2, $3, $4::timestamptz, $5::timestamptz, $6, NULL, "
+        "NULL) x"
+        " WHERE $7::bigint IS NULL OR (x.sort_us, x.kind_rank, x.id) < ($7::bigint, $8::int, "
+        "$9::bigint)"
+        " ORDER BY x.sort_us DESC, x.kind_rank DESC, x.id DESC LIMIT $10::int",
+        10, values);
+    if (!res)
+        return -1;
+    n = PQntuples(res);
+    crier_http_buf_puts(&out, "{\"items\":[");
+    for (int i = 0; i < n && i < limit; i++) {
+        if (i)
+            crier_http_buf_puts(&out, ",");
+        crier_http_buf_add(&out, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
+    }
+    crier_http_buf_puts(&out, "],\"next_cursor\":");
+    if (n > limit) {
+        int row = (int)limit - 1;
+        int64_t last[3];
+        for (int c = 0; c < 3; c++)
+            last[c] = strtoll(PQgetvalue(res, row, c + 1), NULL, 10);
+        crier_http_cursor_encode(r, scope, 1, last, 3, next, sizeof next);
+        crier_http_buf_json_string(&out, next);
+    } else {
+        crier_http_buf_puts(&out, "null");
+    }
+    crier_http_buf_puts(&out, "}");
+    PQclear(res);
+    crier_http_reply(r, 200, out.data, out.len);
+    crier_http_buf_free(&out);
+    return 0;
+}
+
+int crier_http_dead_replay(crier_http_request *r)
+{
+    static const char *const names[] = {"id", "event", "type", "channel", "kind", "since", "until"};
+    crier_http_field f[7];
+    dead_filters d = {0};
+    long long id, event;
+    char id_text[24], event_text[24], chunk[16];
+    const char *values[9];
+    PGresult *res;
+
+    if (crier_http_body_fields(r, names, 7, f, true) < 0 ||
+        crier_http_field_int(r, &f[0], false, 1, 999999999999999999LL, 0, &id) < 0 ||
+        crier_http_field_int(r, &f[1], false, 1, 999999999999999999LL, 0, &event) < 0 ||
+        crier_http_field_string(r, &f[2], false, 200, true, &d.type) < 0 ||
+        crier_http_field_string(r, &f[3], false, 20, true, &d.channel) < 0 ||
+        crier_http_field_string(r, &f[4], false, 20, true, &d.kind) < 0 ||
+        crier_http_field_string(r, &f[5], false, 64, true, &d.since) < 0 ||
+        crier_http_field_string(r, &f[6], false, 64, true, &d.until) < 0 ||
+        dead_check_filters(r, &d) < 0)
+        return -1;
+    snprintf(id_text, sizeof id_text, "%lld", id);
+    snprintf(event_text, sizeof event_text, "%lld", event);
+    snprintf(chunk, sizeof chunk, "%d", DEAD_REPLAY_CHUNK);
+    values[0] = r->tenant;
+    values[1] = d.type;
+    values[2] = d.channel;
+    values[3] = d.since;
+    values[4] = d.until;
+    values[5] = d.kind;
+    values[6] = id ? id_text : NULL;
+    values[7] = event ? event_text : NULL;
+    values[8] = chunk;
+    res = crier_http_query(
+        r,
+        "SELECT deliveries, events, endpoints_enabled, remaining,"
+        " json_build_object('deliveries', deliveries, 'events', events,"
+        "   'endpoints_enabled', endpoints_enabled, 'remaining', remaining)"
+        " FROM crier.api_replay_dead($1, $2, $3, $4::timestamptz, $5::timestamptz, $6,"
+        "   $7::bigint, $8::bigint, $9::int)",
+        9, values);
+    if (!res)
+        return -1;
+    if ((id || event) && !strcmp(PQgetvalue(res, 0, 0), "0") &&
+        !strcmp(PQgetvalue(res, 0, 1), "0")) {
+        PQclear(res);
+        return crier_http_error(r, 404, "not_found", "no dead %s %lld", id ? "delivery" : "event",
+                                id ? id : event);
+    }
+    crier_http_reply(r, 200, PQgetvalue(res, 0, 4), (size_t)PQgetlength(res, 0, 4));
+    PQclear(res);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * /metrics and /healthz: no credentials, no tenant data.
+ */
+
+static const char *metric_help(const char *name)
+{
+    static const struct {
+        const char *name, *help, *type;
+    } helps[] = {
+        {"crier_events",
+         "Events in the outbox by state (pending: waiting for fan-out; dead: quarantined).",
+         "gauge"},
+        {"crier_outbox_oldest_pending_seconds",
+         "Seconds the oldest due event has waited for fan-out.", "gauge"},
+        {"crier_deliveries", "Deliveries not yet delivered, by state.", "gauge"},
+        {"crier_deliveries_oldest_due_seconds",
+         "Seconds the oldest due delivery has waited for an attempt.", "gauge"},
+        {"crier_endpoints", "Webhook endpoints paused or disabled after failing.", "gauge"},
+        {"crier_rules_info", "The rules version each crier serve worker runs.", "gauge"},
+        {"crier_rules_reloads_total",
+         "Rules reloads per worker, accepted (ok) or rejected (failed).", "counter"},
+        {"crier_rules_last_reload_failed", "1 when a worker's last rules reload was rejected.",
+         "gauge"},
+    };
+    static char buf[512];
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+        if (!strcmp(helps[i].name, name)) {
+            snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n", name, helps[i].help, name,
+                     helps[i].type);
+            return buf;
+        }
+    return "";
+}
+
+int crier_http_metrics(crier_http_request *r)
+{
+    crier_http_buf out = {0};
+    char err[512], prev[64] = "";
+    PGresult *res = NULL;
+    bool up = false;
+
+    /* a connection the server dropped is replaced once */
+    for (int attempt = 0; attempt < 2 && !up; attempt++) {
+        if (crier_http_db_acquire(r, 5.0, err, sizeof err) < 0) {
+            crier_warn("http", "/metrics: %s", err);
+            break;
+        }
+        PQclear(res);
+        res = PQexec(
+            r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics()");
+        up = PQresultStatus(res) == PGRES_TUPLES_OK;
+        if (!up)
+            crier_warn("http", "/metrics: %s", PQerrorMessage(r->pg));
+        if (!up && PQstatus(r->pg) == CONNECTION_OK)
+            break;
+        crier_http_db_release(r);
+    }
+    crier_http_buf_puts(
+        &out, "# HELP crier_database_up 1 when the API could query the database for this scrape.\n"
+              "# TYPE crier_database_up gauge\n");
+    crier_http_buf_printf(&out, "crier_database_up %d\n", up ? 1 : 0);
+    for (int i = 0; up && i < PQntuples(res); i++) {
+        const char *name = PQgetvalue(res, i, 0);
+        if (strcmp(name, prev)) {
+            /* HELP/TYPE once per metric (rows of a metric are adjacent) */
+            crier_http_buf_puts(&out, metric_help(name));
+            snprintf(prev, sizeof prev, "%s", name);
+        }
+        crier_http_buf_puts(&out, name);
+        if (!PQgetisnull(res, i, 1)) {
+            crier_http_buf_printf(&out, "{%s=", PQgetvalue(res, i, 1));
+            crier_http_buf_label(&out, PQgetvalue(res, i, 2));
+            if (!PQgetisnull(res, i, 3)) {
+                crier_http_buf_printf(&out, ",%s=", PQgetvalue(res, i, 3));
+                crier_http_buf_label(&out, PQgetvalue(res, i, 4));
+            }
+            crier_http_buf_puts(&out, "}");
+        }
+        crier_http_buf_printf(&out, " %s\n", PQgetvalue(res, i, 5));
+    }
+    PQclear(res);
+    crier_http_api_write_metrics(r->api, &out);
+    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    crier_http_reply(r, 200, out.data, out.len);
+    crier_http_buf_free(&out);
+    return 0;
+}
+
+int crier_http_healthz(crier_http_request *r)
+{
+    crier_http_buf out = {0};
+    char err[512], version[65];
+    double max_lag = crier_http_api_max_lag(r->api), lag;
+    PGresult *res;
+
+    crier_http_api_rules_version(r->api, version, sizeof version);
+    res = NULL;
+    /* a connection the server dropped is replaced once */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        PQclear(res);
+        res = NULL;
+        if (crier_http_db_acquire(r, 2.0, err, sizeof err) < 0)
+            break;
+        res = PQexec(r->pg, "SELECT crier.api_outbox_lag()");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            break;
+        snprintf(err, sizeof err, "%s", PQerrorMessage(r->pg));
+        bool broken = PQstatus(r->pg) != CONNECTION_OK;
+        crier_http_db_release(r);
+        if (!broken)
+            break;
+    }
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        PQclear(res);
+        crier_http_buf_puts(
+            &out, "{\"status\":\"unavailable\",\"database\":\"unreachable\",\"error\":{\"code\":"
+                  "\"database_unavailable\",\"message\":");
+        crier_http_buf_json_string(&out, err);
+        crier_http_buf_puts(&out, "}}");
+        crier_http_reply(r, 503, out.data, out.len);
+        crier_http_buf_free(&out);
+        return 0;
+    }
+    lag = strtod(PQgetvalue(res, 0, 0), NULL);
+    PQclear(res);
+    if (lag > max_lag) {
+        crier_http_buf_printf(
+            &out,
+            "{\"status\":\"lagging\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
+            "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\",\"error\":{\"code\":\"outbox_lag\","
+            "\"message\":\"the oldest due event has waited %.1f s for fan-out (limit %.1f s)\"}}",
+            lag, max_lag, version, lag, max_lag);
+        crier_http_reply(r, 503, out.data, out.len);
+    } else {
+        crier_http_buf_printf(&out,
+                              "{\"status\":\"ok\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
+                              "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\"}",
+                              lag, max_lag, version);
+        crier_http_reply(r, 200, out.data, out.len);
+    }
+    crier_http_buf_free(&out);
+    return 0;
+}
