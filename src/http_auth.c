@@ -2,6 +2,7 @@
  * (see http_auth.h). */
 #include "http_auth.h"
 
+#include "base64.h"
 #include "log.h"
 
 #include <openssl/crypto.h>
@@ -13,71 +14,6 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
-static const char b64url_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-size_t crier_base64url_encode(const unsigned char *in, size_t len, char *out)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        unsigned long v = (unsigned long)in[i] << 16;
-        if (i + 1 < len)
-            v |= (unsigned long)in[i + 1] << 8;
-        if (i + 2 < len)
-            v |= in[i + 2];
-        out[o++] = b64url_alphabet[(v >> 18) & 63];
-        out[o++] = b64url_alphabet[(v >> 12) & 63];
-        if (i + 1 < len)
-            out[o++] = b64url_alphabet[(v >> 6) & 63];
-        if (i + 2 < len)
-            out[o++] = b64url_alphabet[v & 63];
-    }
-    out[o] = '\0';
-    return o;
-}
-
-static int b64url_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-long crier_base64url_decode(const char *in, size_t len, unsigned char *out, size_t out_cap)
-{
-    unsigned long acc = 0;
-    int bits = 0;
-    size_t n = 0;
-
-    if (len % 4 == 1)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64url_value((unsigned char)in[i]);
-        if (v < 0)
-            return -1;
-        acc = (acc << 6) | (unsigned long)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (n == out_cap)
-                return -1;
-            out[n++] = (unsigned char)((acc >> bits) & 0xff);
-        }
-    }
-    /* the leftover bits must be zero (one encoding per value) */
-    if (bits > 0 && (acc & ((1UL << bits) - 1)) != 0)
-        return -1;
-    return (long)n;
-}
 
 int crier_auth_key_generate(char *out)
 {

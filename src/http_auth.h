@@ -17,6 +17,7 @@
 #ifndef CRIER_HTTP_AUTH_H
 #define CRIER_HTTP_AUTH_H
 
+#include "base64.h"
 #include "http_api.h"
 
 #include <stdbool.h>
@@ -29,16 +30,6 @@
 #define CRIER_USER_TOKEN_MAX_TTL 86400
 #define CRIER_CURSOR_MAX_VALUES 4
 
-/* Characters base64url (no padding) needs for len bytes, without the NUL. */
-#define CRIER_BASE64URL_LEN(len) (((len)*4 + 2) / 3)
-
-/* Encodes in[0..len) as base64url without padding into out (at least
- * CRIER_BASE64URL_LEN(len) + 1 bytes); returns the length written. */
-size_t crier_base64url_encode(const unsigned char *in, size_t len, char *out);
-
-/* Decodes base64url (no padding, no other characters) into out, which holds
- * out_cap bytes. Returns the decoded length, or -1 when malformed or too long. */
-long crier_base64url_decode(const char *in, size_t len, unsigned char *out, size_t out_cap);
 
 /* Generates a new API key into out (CRIER_API_KEY_LEN + 1 bytes) from
  * OpenSSL's random generator. Returns 0, or -1 when no randomness is available. */
