@@ -101,6 +101,7 @@ int crier_cmd_cluster(int argc, char **argv);
 int crier_cmd_demo(int argc, char **argv);
 int crier_cmd_bench(int argc, char **argv);
 int crier_cmd_dead(int argc, char **argv);
+int crier_cmd_feed(int argc, char **argv);
 int crier_cmd_keys(int argc, char **argv);
 int crier_cmd_token(int argc, char **argv);
 

@@ -27,7 +27,7 @@ static const char main_help[] =
     "  demo      the billing story end to end on the embedded default\n"
     "  bench     benchmarks (bench fanout)\n"
     "  cluster   manage a private PostgreSQL cluster (start|stop|url DIR)\n"
-    "  feed      a person's feed (not built yet: issue 5)\n"
+    "  feed      a person's feed: list, counts, read-all, mark, join/leave audiences\n"
     "  dead      list / replay dead letters (failed deliveries, quarantined events)\n"
     "  keys      API keys of the HTTP API (create, list, revoke, rotate-secret)\n"
     "  token     sign a short-lived user token for a person's own feed\n"
@@ -40,19 +40,13 @@ typedef struct {
     int (*run)(int argc, char **argv);
 } command;
 
-static int main_not_built(const char *name, const char *issue)
-{
-    fprintf(stderr, "crier %s: not built yet (planned in %s); nothing was done\n", name, issue);
-    return 2;
-}
-
 int main(int argc, char **argv)
 {
     static const command commands[] = {
         {"serve", crier_cmd_serve},   {"emit", crier_cmd_emit},       {"migrate", crier_cmd_migrate},
         {"check", crier_cmd_check},   {"try", crier_cmd_try},         {"status", crier_cmd_status},
         {"demo", crier_cmd_demo},     {"bench", crier_cmd_bench},     {"cluster", crier_cmd_cluster},
-        {"dead", crier_cmd_dead},     {"keys", crier_cmd_keys},       {"token", crier_cmd_token},
+        {"dead", crier_cmd_dead},     {"feed", crier_cmd_feed},     {"keys", crier_cmd_keys},       {"token", crier_cmd_token},
     };
     int rc;
 
@@ -61,8 +55,6 @@ int main(int argc, char **argv)
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "feed"))
-        return main_not_built("feed", "issue 5");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;

@@ -45,6 +45,22 @@ assert_eq '<b>hi</b>' "$(sql "SELECT content->>'body' FROM crier.feed('acme', 'a
     "content stored literally (escaping is the reader's job)"
 assert_eq "3|3" "$(sql "SELECT unread || '|' || unseen FROM crier.feed_counts('acme', 'ann')")" "ann's counts"
 
+# The same through crier feed (the CLI over the same SQL functions).
+out=$("$CRIER_BIN" feed counts --tenant acme --user ann) || fail "crier feed counts: $out"
+assert_eq "unread: 3
+unseen: 3" "$out" "crier feed counts"
+assert_eq 3 "$("$CRIER_BIN" feed list --tenant acme --user ann | grep -c 'read=f')" "crier feed list"
+if "$CRIER_BIN" feed mark 999999 read --tenant acme --user ann 2>"$WORK/mark.err"; then
+    fail "marking an item the person does not have should fail"
+fi
+grep -q "nothing changed" "$WORK/mark.err" || fail "the error says so: $(cat "$WORK/mark.err")"
+if "$CRIER_BIN" feed list --tenant acme 2>/dev/null; then fail "--user is required"; fi
+top=$("$CRIER_BIN" feed list --tenant acme --user ann --limit 1 | cut -d' ' -f1)
+"$CRIER_BIN" feed mark "$top" read --tenant acme --user ann >/dev/null || fail "crier feed mark read"
+assert_eq "unread: 2" "$("$CRIER_BIN" feed counts --tenant acme --user ann | head -1)" "after crier feed mark"
+"$CRIER_BIN" feed mark "$top" unread --tenant acme --user ann >/dev/null || fail "crier feed mark unread"
+"$CRIER_BIN" feed mark "$top" unseen --tenant acme --user ann >/dev/null || fail "crier feed mark unseen"
+
 # Keyset pagination: pages of 2, no duplicates, no gaps.
 first=$(sql "SELECT string_agg(id::text, ',' ORDER BY id DESC) FROM crier.feed('acme', 'ann', NULL, 2)")
 last=${first##*,}
