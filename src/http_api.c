@@ -636,6 +636,43 @@ int crier_http_path_id(crier_http_request *r, const char *segment, const char *w
     return 0;
 }
 
+int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sql)
+{
+    long long id;
+    char id_text[24], field[64];
+    const char *values[2];
+    PGresult *res;
+
+    snprintf(field, sizeof field, "the %s id", what);
+    if (crier_http_path_id(r, r->segments[2], field, &id) < 0)
+        return -1;
+    snprintf(id_text, sizeof id_text, "%lld", id);
+    values[0] = r->tenant;
+    values[1] = id_text;
+    res = crier_http_query(r, sql, 2, values);
+    if (!res)
+        return -1;
+    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
+        PQclear(res);
+        return crier_http_error(r, 404, "not_found", "no %s %lld", what, id);
+    }
+    crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
+    PQclear(res);
+    return 0;
+}
+
+void crier_http_buf_items(crier_http_buf *b, PGresult *res, int limit)
+{
+    int n = PQntuples(res);
+    crier_http_buf_puts(b, "{\"items\":[");
+    for (int i = 0; i < n && i < limit; i++) {
+        if (i)
+            crier_http_buf_puts(b, ",");
+        crier_http_buf_add(b, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
+    }
+    crier_http_buf_puts(b, "]");
+}
+
 /* Maps a failed statement to an error response. */
 static void api_query_failed(crier_http_request *r, PGresult *res)
 {

@@ -163,6 +163,16 @@ bool crier_http_valid_id(const char *s, size_t max);
 int crier_http_path_id(crier_http_request *r, const char *segment, const char *what,
                        long long *out);
 
+/* GET of one object by the id in path segment 2: runs sql with ($1 tenant,
+ * $2 id), which returns one JSON value (NULL when the tenant has no such
+ * object), and answers it, or 404 "no <what> <id>" (another tenant's object
+ * is not found, like a missing one). Returns 0 or -1 like a handler. */
+int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sql);
+
+/* Appends {"items":[…] with the JSON text in column 0 of the first limit rows
+ * of res (the caller adds the rest of the object and the closing brace). */
+void crier_http_buf_items(crier_http_buf *b, PGresult *res, int limit);
+
 /* One field of a parsed JSON body: type is the JSON type ("string",
  * "number", "object", "array", "boolean", "null"), NULL when absent; value is
  * a string's text or the JSON text of anything else. Valid until the request

@@ -191,26 +191,7 @@ int crier_http_events_create(crier_http_request *r)
 
 int crier_http_events_get(crier_http_request *r)
 {
-    long long id;
-    char id_text[24];
-    const char *values[2];
-    PGresult *res;
-
-    if (crier_http_path_id(r, r->segments[2], "the event id", &id) < 0)
-        return -1;
-    snprintf(id_text, sizeof id_text, "%lld", id);
-    values[0] = r->tenant;
-    values[1] = id_text;
-    res = crier_http_query(r, "SELECT crier.api_event($1, $2::bigint, 100)", 2, values);
-    if (!res)
-        return -1;
-    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
-        PQclear(res);
-        return crier_http_error(r, 404, "not_found", "no event %lld", id);
-    }
-    crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
-    PQclear(res);
-    return 0;
+    return crier_http_get_by_id(r, "event", "SELECT crier.api_event($1, $2::bigint, 100)");
 }
 
 int crier_http_tokens_create(crier_http_request *r)

@@ -78,13 +78,8 @@ int crier_http_feed_list(crier_http_request *r)
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_buf_puts(&out, "{\"items\":[");
-    for (int i = 0; i < n && i < limit; i++) {
-        if (i)
-            crier_http_buf_puts(&out, ",");
-        crier_http_buf_add(&out, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
-    }
-    crier_http_buf_puts(&out, "],\"next_cursor\":");
+    crier_http_buf_items(&out, res, (int)limit);
+    crier_http_buf_puts(&out, ",\"next_cursor\":");
     if (n > limit) {
         int64_t last = strtoll(PQgetvalue(res, (int)limit - 1, 1), NULL, 10);
         crier_http_cursor_encode(r, scope, 3, &last, 1, next, sizeof next);

@@ -15,27 +15,7 @@
 
 int crier_http_notifications_get(crier_http_request *r)
 {
-    long long id;
-    char id_text[24];
-    const char *values[2];
-    PGresult *res;
-
-    if (crier_http_path_id(r, r->segments[2], "the notification id", &id) < 0)
-        return -1;
-    snprintf(id_text, sizeof id_text, "%lld", id);
-    values[0] = r->tenant;
-    values[1] = id_text;
-    res = crier_http_query(r, "SELECT crier.api_notification($1, $2::bigint)", 2, values);
-    if (!res)
-        return -1;
-    /* another tenant's notification is "not found", like a missing one */
-    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
-        PQclear(res);
-        return crier_http_error(r, 404, "not_found", "no notification %lld", id);
-    }
-    crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
-    PQclear(res);
-    return 0;
+    return crier_http_get_by_id(r, "notification", "SELECT crier.api_notification($1, $2::bigint)");
 }
 
 /* "2h" (a duration ago) → a timestamp; anything else is left for PostgreSQL
@@ -139,13 +119,8 @@ int crier_http_dead_list(crier_http_request *r)
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_buf_puts(&out, "{\"items\":[");
-    for (int i = 0; i < n && i < limit; i++) {
-        if (i)
-            crier_http_buf_puts(&out, ",");
-        crier_http_buf_add(&out, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
-    }
-    crier_http_buf_puts(&out, "],\"next_cursor\":");
+    crier_http_buf_items(&out, res, (int)limit);
+    crier_http_buf_puts(&out, ",\"next_cursor\":");
     if (n > limit) {
         int row = (int)limit - 1;
         int64_t last[3];
