@@ -185,6 +185,18 @@ static PGresult *dead_exec(PGconn *conn, const char *sql, const dead_args *a, co
     return res;
 }
 
+/* Prints text whole (a Lua error carries its traceback), each later line
+ * indented so that the next dead letter's header stands out. */
+static void print_indented(const char *text, const char *indent)
+{
+    for (const char *p = text; *p; p++) {
+        putchar(*p);
+        if (*p == '\n' && p[1])
+            fputs(indent, stdout);
+    }
+    putchar('\n');
+}
+
 static int dead_list(PGconn *conn, const dead_args *a)
 {
     char limit[24];
@@ -208,7 +220,8 @@ static int dead_list(PGconn *conn, const dead_args *a)
                PQgetisnull(res, i, 9) ? "-" : PQgetvalue(res, i, 9));
         if (!PQgetisnull(res, i, 10))
             printf(" status=%s", PQgetvalue(res, i, 10));
-        printf("\n    error: %.400s\n", PQgetisnull(res, i, 11) ? "-" : PQgetvalue(res, i, 11));
+        printf("\n    error: ");
+        print_indented(PQgetisnull(res, i, 11) ? "-" : PQgetvalue(res, i, 11), "      ");
     }
     if (!a->json)
         fprintf(stderr, "%d dead letter%s shown%s\n", n, n == 1 ? "" : "s",
