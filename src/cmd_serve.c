@@ -58,6 +58,8 @@ static const char serve_help[] =
     "                         also CRIER_CORS_ORIGIN)\n"
     "  --healthz-max-lag D    /healthz fails when the oldest due event has waited longer\n"
     "                         (default 60s)\n"
+    "  --stream-keepalive D   comment line interval on live feeds (GET /v1/feed/stream,\n"
+    "                         Server-Sent Events; default 15s)\n"
     "durations (D) take a unit: 90, 1.5s, 10m, 2h, 5d.\n";
 
 enum {
@@ -66,6 +68,7 @@ enum {
     SERVE_OPT_HTTP_MAX_BODY,
     SERVE_OPT_CORS_ORIGIN,
     SERVE_OPT_HEALTHZ_MAX_LAG,
+    SERVE_OPT_STREAM_KEEPALIVE,
 };
 
 typedef struct {
@@ -187,6 +190,8 @@ static int serve_option(void *ud, int opt, const char *arg)
         return 0;
     case SERVE_OPT_HEALTHZ_MAX_LAG:
         return crier_cli_duration("serve", "healthz-max-lag", arg, &a->http.healthz_max_lag);
+    case SERVE_OPT_STREAM_KEEPALIVE:
+        return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     }
     return -1;
 }
@@ -217,6 +222,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"http-max-body", required_argument, NULL, SERVE_OPT_HTTP_MAX_BODY},
                                             {"cors-origin", required_argument, NULL, SERVE_OPT_CORS_ORIGIN},
                                             {"healthz-max-lag", required_argument, NULL, SERVE_OPT_HEALTHZ_MAX_LAG},
+                                            {"stream-keepalive", required_argument, NULL, SERVE_OPT_STREAM_KEEPALIVE},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     serve_args a;

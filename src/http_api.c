@@ -5,6 +5,7 @@
 #include "http_api.h"
 
 #include "http_auth.h"
+#include "http_stream.h"
 #include "log.h"
 
 #include <arpa/inet.h>
@@ -181,7 +182,9 @@ void crier_http_buf_free(crier_http_buf *b)
  * The server
  */
 
-enum { ROUTE_PUBLIC, ROUTE_KEY, ROUTE_KEY_OR_USER };
+/* ROUTE_USER_QUERY: like ROUTE_KEY_OR_USER, and a user token may come in
+ * ?access_token= (a browser's EventSource cannot send headers) */
+enum { ROUTE_PUBLIC, ROUTE_KEY, ROUTE_KEY_OR_USER, ROUTE_USER_QUERY };
 
 typedef struct {
     const char *method;
@@ -204,6 +207,7 @@ static const api_route api_routes[] = {
      crier_http_feed_mark_all},
     {"POST", "/v1/feed/items/*/*", "/v1/feed/items/{id}/{action}", ROUTE_KEY_OR_USER, true,
      crier_http_feed_item},
+    {"GET", "/v1/feed/stream", "/v1/feed/stream", ROUTE_USER_QUERY, true, crier_http_feed_stream},
     {"GET", "/v1/notifications/*", "/v1/notifications/{id}", ROUTE_KEY, true,
      crier_http_notifications_get},
     {"GET", "/v1/dead", "/v1/dead", ROUTE_KEY, true, crier_http_dead_list},
@@ -252,6 +256,9 @@ struct crier_http_api {
     size_t n_settings;
     unsigned long long reloads_ok, reloads_failed;
 
+    /* live feeds (Server-Sent Events) */
+    crier_http_streams *streams;
+
     /* request counters (index API_N_ROUTES: no route matched) */
     pthread_mutex_t stats_lock;
     api_route_stats stats[API_N_ROUTES + 1];
@@ -274,11 +281,11 @@ static void api_notice_ignore(void *arg, const char *message)
     (void)message;
 }
 
-static PGconn *api_connect(crier_http_api *api, char *err, size_t err_len)
+PGconn *crier_http_db_connect(const char *conninfo, const char *app, char *err, size_t err_len)
 {
     static const char *const keys[] = {"dbname", "fallback_application_name", "connect_timeout",
                                        NULL};
-    const char *values[] = {api->conninfo, "crier-api", "5", NULL};
+    const char *values[] = {conninfo, app, "5", NULL};
     PGconn *c = PQconnectdbParams(keys, values, 1);
     if (PQstatus(c) != CONNECTION_OK) {
         crier_set_error(err, err_len, "cannot connect to the database: %s", PQerrorMessage(c));
@@ -298,6 +305,16 @@ static PGconn *api_connect(crier_http_api *api, char *err, size_t err_len)
     }
     PQclear(res);
     return c;
+}
+
+static PGconn *api_connect(crier_http_api *api, char *err, size_t err_len)
+{
+    return crier_http_db_connect(api->conninfo, "crier-api", err, err_len);
+}
+
+crier_http_streams *crier_http_api_streams(crier_http_api *api)
+{
+    return api->streams;
 }
 
 /* Takes a free slot (waiting up to wait_s) and makes sure it holds a live
@@ -512,8 +529,22 @@ static enum MHD_Result api_queue(crier_http_request *r, const char *allow, bool 
     if (r->status == 0)
         crier_http_error(r, 500, "internal_error",
                          "the handler produced no response (request id %llu)", r->id);
-    resp = MHD_create_response_from_buffer(
-        r->response.len, r->response.data ? r->response.data : (void *)"", MHD_RESPMEM_MUST_COPY);
+    if (r->stream && r->status != 200) { /* the request failed after opening it */
+        crier_http_stream_abandon(r->stream);
+        r->stream = NULL;
+    }
+    if (r->stream) {
+        resp = crier_http_stream_response(r->stream, r->conn);
+        r->stream = NULL; /* the response owns it now */
+        if (!resp)
+            return MHD_NO;
+        /* proxies (nginx) must pass events on as they come */
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    } else {
+        resp = MHD_create_response_from_buffer(r->response.len,
+                                               r->response.data ? r->response.data : (void *)"",
+                                               MHD_RESPMEM_MUST_COPY);
+    }
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, "Content-Type",
@@ -975,6 +1006,7 @@ void crier_http_api_write_metrics(crier_http_api *api, crier_http_buf *b)
     crier_http_buf_label(b, crier_rules_version(api->rules));
     crier_http_buf_puts(b, "} 1\n");
     pthread_mutex_unlock(&api->rules_lock);
+    crier_http_streams_metrics(api->streams, b);
 }
 
 /* ------------------------------------------------------------------------
@@ -1137,8 +1169,9 @@ static void api_dispatch(crier_http_request *r, char *allow, size_t allow_len)
     if (route->txn) {
         if (api_begin(r) < 0)
             goto out;
+        r->query_token = route->auth == ROUTE_USER_QUERY;
         if (route->auth != ROUTE_PUBLIC &&
-            crier_http_authenticate(r, route->auth == ROUTE_KEY_OR_USER) < 0)
+            crier_http_authenticate(r, route->auth != ROUTE_KEY) < 0)
             goto out;
     }
     route->fn(r);
@@ -1248,6 +1281,8 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         crier_debug("http", "%s %s: the client went away (request %llu)", r->method, r->path,
                     r->id);
     }
+    if (r->stream) /* not reached normally: api_queue hands it to the response */
+        crier_http_stream_abandon(r->stream);
     if (r->parsed)
         PQclear(r->parsed);
     if (r->pg) /* not reached normally: the dispatcher gives it back */
@@ -1270,7 +1305,11 @@ static void api_mhd_log(void *cls, const char *fmt, va_list ap)
     n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    crier_warn("http", "libmicrohttpd: %s", msg);
+    /* a client that went away (a closed live feed, mostly) is not a problem */
+    if (strstr(msg, "no longer available for sending") || strstr(msg, "Connection reset"))
+        crier_debug("http", "libmicrohttpd: %s", msg);
+    else
+        crier_warn("http", "libmicrohttpd: %s", msg);
 }
 
 /* ------------------------------------------------------------------------
@@ -1336,6 +1375,7 @@ static void api_free(crier_http_api *api)
 {
     if (!api)
         return;
+    crier_http_streams_stop(api->streams);
     for (int i = 0; i < api->n_conns; i++)
         if (api->conns && api->conns[i])
             PQfinish(api->conns[i]);
@@ -1443,6 +1483,9 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
      * database is unreachable */
     if (!(api->conns[0] = api_connect(api, err, err_len)))
         goto fail;
+    if (!(api->streams = crier_http_streams_start(api->conninfo, opts->stream_keepalive, err,
+                                                  err_len)))
+        goto fail;
 
     flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG;
@@ -1501,6 +1544,9 @@ void crier_http_api_stop(crier_http_api *api, double deadline)
     double until;
     if (!api)
         return;
+    /* live feeds end first (libmicrohttpd must not stop with parked
+     * connections); their clients reconnect to another server */
+    crier_http_streams_close_all(api->streams);
     listen_fd = MHD_quiesce_daemon(api->daemon);
     until = api_now() + deadline;
     /* requests being answered finish; idle keep-alive connections are closed */

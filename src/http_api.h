@@ -41,6 +41,7 @@ typedef struct {
     const char *rules_dir;
     const crier_setting *settings;
     size_t n_settings;
+    double stream_keepalive;  /* seconds between comment lines on live feeds (default 15) */
 } crier_http_api_options;
 
 typedef struct crier_http_api crier_http_api;
@@ -92,6 +93,13 @@ typedef enum {
 #define CRIER_HTTP_SECRET_MAX 64
 #define CRIER_HTTP_PAGE_MAX 100 /* largest page of a list (a larger ?limit is refused) */
 
+/* One feed item as JSON, from the columns of crier.feed aliased f. */
+#define CRIER_HTTP_FEED_ITEM_JSON                                                                  \
+    "json_build_object('id', f.id, 'kind', f.kind, 'type', f.event_type, 'content', f.content,"    \
+    " 'created_at', f.created_at, 'read', f.read, 'seen', f.seen, 'archived', f.archived)"
+
+struct crier_http_stream;
+
 /* One request, from its headers to the completed response. */
 typedef struct crier_http_request {
     crier_http_api *api;
@@ -126,6 +134,8 @@ typedef struct crier_http_request {
     crier_http_buf response;
     const char *content_type; /* NULL: application/json */
     bool replayed;            /* Idempotent-Replayed: true */
+    bool query_token;         /* the route takes a user token in ?access_token= */
+    struct crier_http_stream *stream; /* a live feed: the response is this stream */
     bool responded;           /* queued early (an oversized upload) */
 } crier_http_request;
 
@@ -137,6 +147,13 @@ int crier_http_reply(crier_http_request *r, unsigned status, const char *body, s
  * status. Returns -1 (so handlers can `return crier_http_error(...)`). */
 int crier_http_error(crier_http_request *r, unsigned status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Connects to the database for the API (application name app) and sets up
+ * the session (timeouts, UTC). NULL with err set when it cannot. */
+PGconn *crier_http_db_connect(const char *conninfo, const char *app, char *err, size_t err_len);
+
+/* The API's live feeds hub (http_stream.h). */
+struct crier_http_streams *crier_http_api_streams(crier_http_api *api);
 
 /* A request header's value (NULL when absent). Every header was checked for
  * control characters before the handler runs. */
@@ -241,6 +258,7 @@ int crier_http_feed_list(crier_http_request *r);     /* GET /v1/feed */
 int crier_http_feed_counts(crier_http_request *r);   /* GET /v1/feed/counts */
 int crier_http_feed_mark_all(crier_http_request *r); /* POST /v1/feed/read-all, /v1/feed/seen-all */
 int crier_http_feed_item(crier_http_request *r);     /* POST /v1/feed/items/{id}/{action} */
+int crier_http_feed_stream(crier_http_request *r);   /* GET /v1/feed/stream (Server-Sent Events) */
 int crier_http_notifications_get(crier_http_request *r); /* GET /v1/notifications/{id} */
 int crier_http_dead_list(crier_http_request *r);         /* GET /v1/dead */
 int crier_http_dead_replay(crier_http_request *r);       /* POST /v1/dead/replay */

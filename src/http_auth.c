@@ -235,8 +235,19 @@ static int auth_user_token(crier_http_request *r, const char *token)
 int crier_http_authenticate(crier_http_request *r, bool allow_user_token)
 {
     const char *h = crier_http_header(r, "Authorization");
-    const char *cred;
+    const char *cred, *q = NULL;
 
+    if (!h && r->query_token && crier_http_arg(r, "access_token", &q) < 0)
+        return -1;
+    if (!h && q) {
+        /* a browser's EventSource cannot send headers: a user token may come
+         * in the URL; an API key never should (URLs end up in logs) */
+        if (strncmp(q, CRIER_USER_TOKEN_PREFIX, strlen(CRIER_USER_TOKEN_PREFIX)))
+            return crier_http_error(r, 401, "unauthorized",
+                                    "access_token takes a user token (cut1.…) only; send API keys "
+                                    "in the Authorization header, never in a URL");
+        return auth_user_token(r, q);
+    }
     if (!h)
         return crier_http_error(
             r, 401, "unauthorized",

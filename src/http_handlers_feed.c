@@ -5,6 +5,7 @@
  * key names the person with ?user=. */
 #include "http_api.h"
 #include "http_auth.h"
+#include "http_stream.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,6 @@
 
 #define FEED_DEFAULT_LIMIT 20
 
-/* One feed row as JSON, from crier.feed's columns. */
-#define FEED_ITEM_JSON                                                                             \
-    "json_build_object('id', f.id, 'kind', f.kind, 'type', f.event_type, 'content', f.content,"    \
-    " 'created_at', f.created_at, 'read', f.read, 'seen', f.seen, 'archived', f.archived)"
 
 /* The person whose feed the request reads: the token's user, or ?user= with
  * an API key. */
@@ -71,7 +68,7 @@ int crier_http_feed_list(crier_http_request *r)
     values[4] = archived ? "true" : "false";
     /* one row more than the page tells whether another page follows */
     res = crier_http_query(r,
-                           "SELECT " FEED_ITEM_JSON
+                           "SELECT " CRIER_HTTP_FEED_ITEM_JSON
                            ", f.id FROM crier.feed($1, $2, $3::bigint, $4::int, $5::bool) f"
                            " ORDER BY f.id DESC",
                            5, values);
@@ -200,7 +197,7 @@ int crier_http_feed_item(crier_http_request *r)
     if (!found)
         return crier_http_error(r, 404, "not_found", "no item %lld in this feed", item);
     res = crier_http_query(r,
-                           "SELECT " FEED_ITEM_JSON
+                           "SELECT " CRIER_HTTP_FEED_ITEM_JSON
                            " FROM crier.feed($1, $2, $3::bigint + 1, 1, true) f"
                            " WHERE f.id = $3::bigint",
                            3, values);
@@ -212,5 +209,36 @@ int crier_http_feed_item(crier_http_request *r)
     }
     crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
     PQclear(res);
+    return 0;
+}
+
+/* A live feed: Server-Sent Events from the request's snapshot, or from the
+ * snapshot the client last got (Last-Event-ID, or ?last_event_id=). The
+ * request's transaction only authenticates and takes the snapshot; the
+ * stream itself is played by the live feeds hub (http_stream.c). */
+int crier_http_feed_stream(crier_http_request *r)
+{
+    const char *user, *last = crier_http_header(r, "Last-Event-ID"), *q;
+    PGresult *res;
+
+    if (feed_user(r, &user) < 0 || crier_http_arg(r, "last_event_id", &q) < 0)
+        return -1;
+    if (!last || !last[0])
+        last = q && q[0] ? q : NULL;
+    if (last && !crier_http_stream_valid_snapshot(last))
+        return crier_http_error(r, 400, "invalid_cursor",
+                                "Last-Event-ID is not an id this stream sent (expected the id of "
+                                "its last event, as xmin:xmax:xip-list); reconnect without it");
+    const char *values[1] = {last};
+    res = crier_http_query(r, "SELECT coalesce($1::text, pg_current_snapshot()::text)", 1, values);
+    if (!res)
+        return -1;
+    r->stream = crier_http_streams_open(crier_http_api_streams(r->api), r->tenant, user,
+                                        PQgetvalue(res, 0, 0), last != NULL);
+    PQclear(res);
+    if (!r->stream)
+        return crier_http_error(r, 503, "busy", "the server is shutting down; reconnect shortly");
+    r->status = 200;
+    r->content_type = "text/event-stream";
     return 0;
 }

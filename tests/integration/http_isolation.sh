@@ -130,6 +130,13 @@ assert_eq 200 "$(as "$KB" GET '/v1/feed?user=ann&archived=true')" "B's archived 
 assert_eq '[]' "$(json "d['items']")" "nothing archived either"
 assert_eq 200 "$(as "$KB" GET '/v1/feed/counts?user=ann')" "B's counts for ann"
 assert_eq '0 0' "$(json "'%d %d' % (d['unread'], d['unseen'])")" "B's ann has no unread items"
+# the live feed (a stream: read for a moment, then cut)
+stream_as() { # CREDENTIAL PATH: prints the status; what arrived is in $WORK/body
+    curl -sS -N --max-time 1.5 -o "$WORK/body" -w '%{http_code}' -H "Authorization: Bearer $1" "$API$2" 2>/dev/null || true
+}
+assert_eq 200 "$(stream_as "$KB" '/v1/feed/stream?user=ann')" "B's live feed of its own ann"
+grep -q '"unread" : 0' "$WORK/body" || fail "B's live feed of ann starts with B's counts: $(cat "$WORK/body")"
+no_a_data "B's live feed of ann"
 assert_eq 200 "$(as "$KB" POST '/v1/feed/read-all?user=ann')" "B marks all of its own ann's items read"
 assert_eq 200 "$(as "$KB" POST '/v1/feed/seen-all?user=ann')" "and seen"
 refused 400 "B uses A's head cursor" "$(as "$KB" POST '/v1/feed/read-all?user=ann' -d "{\"cursor\": \"$A_CURSOR_HEAD\"}")"
@@ -173,6 +180,7 @@ for t in "$TB" "$TB_BOB"; do
     refused 400 "a B token uses A's cursor" "$(as "$t" GET "/v1/feed?cursor=$A_FEED_CURSOR")"
 done
 refused 403 "B's bob token asks for ann's feed" "$(as "$TB_BOB" GET '/v1/feed?user=ann')"
+refused 403 "B's bob token asks for ann's live feed" "$(as "$TB_BOB" GET '/v1/feed/stream?user=ann')"
 
 note "forged tokens claiming tenant A"
 # B's token with its claims changed to tenant A (B's signature kept)
@@ -195,6 +203,8 @@ signed = "cut1." + b64(json.dumps(claims, separators=(",", ":")).encode())
 key = hmac.new(secret, b"crier/user-token/v1", hashlib.sha256).digest()
 print(signed + "." + b64(hmac.new(key, signed.encode(), hashlib.sha256).digest()))' "$B_SECRET")
 refused 401 "a token for A signed with B's secret" "$(as "$FORGED" GET /v1/feed)"
+refused 401 "the forged token opens A's ann's live feed" "$(call GET "/v1/feed/stream?access_token=$FORGED")"
+refused 401 "the relabelled token opens A's ann's live feed" "$(call GET "/v1/feed/stream?access_token=$SWAPPED")"
 for action in read archive; do
     refused 401 "the forged token marks A's item ($action)" "$(as "$FORGED" POST "/v1/feed/items/$A_ITEM/$action")"
 done

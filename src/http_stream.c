@@ -1,0 +1,832 @@
+/* http_stream.c — live feeds by Server-Sent Events (see http_stream.h): the
+ * hub thread (LISTEN crier_feed, what changed since each stream's snapshot),
+ * the streams' buffers, and the content reader that plays them to
+ * libmicrohttpd, parking the connection while there is nothing to send. */
+#include "http_stream.h"
+
+#include "log.h"
+#include "pg_array.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STREAM_RETRY_MS 3000      /* the client's reconnect delay (the SSE retry field) */
+#define STREAM_RECONNECT_MAX 5.0  /* seconds between attempts to reach the database, at most */
+#define STREAM_MAX_AUDIENCES 256  /* audience announcements resolved per wake-up */
+
+struct crier_http_stream {
+    crier_http_streams *hub;
+    struct MHD_Connection *conn;
+    char *tenant, *user;
+    atomic_int refs;       /* the hub's list and the response each hold one */
+    atomic_bool closed;    /* the response is gone (client left or stream ended) */
+    /* under hub->lock */
+    char *since;           /* the snapshot the stream last read at */
+    char *last_counts;     /* the counts last sent */
+    bool dirty, resync;    /* needs an update; must tell the client to reload */
+    bool suspended, ending;
+    crier_http_buf out;    /* bytes not yet handed to libmicrohttpd */
+    size_t out_pos;
+    crier_http_stream *next;
+};
+
+struct crier_http_streams {
+    pthread_t thread;
+    bool started;
+    int wake[2]; /* a pipe: open/close/stop wake the hub */
+    char *conninfo;
+    double keepalive;
+
+    pthread_mutex_t lock;
+    crier_http_stream *streams; /* every stream not yet released by the hub */
+    bool stopping, closing;
+    long open;                  /* gauge: streams in the list */
+    unsigned long long opened, items_sent, resyncs, updates, notifies, db_errors;
+    bool listening;
+
+    /* hub thread only */
+    PGconn *listen, *query;
+    double reconnect_at, reconnect_delay;
+    double retry_at; /* after an update failed with the connection fine: not before */
+    crier_pg_array users; /* the audience lookup's parameter */
+};
+
+static double stream_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void stream_wake(crier_http_streams *hub)
+{
+    char c = 1;
+    ssize_t n = write(hub->wake[1], &c, 1);
+    (void)n; /* a full pipe already wakes the hub */
+}
+
+static void stream_unref(crier_http_stream *st)
+{
+    if (atomic_fetch_sub(&st->refs, 1) != 1)
+        return;
+    free(st->tenant);
+    free(st->user);
+    free(st->since);
+    free(st->last_counts);
+    crier_http_buf_free(&st->out);
+    free(st);
+}
+
+/* ------------------------------------------------------------------------
+ * Writing to a stream (under hub->lock)
+ */
+
+/* Appends bytes; a client that lets more than CRIER_STREAM_MAX_BUFFER pile up
+ * is cut off (it reconnects with its Last-Event-ID and misses nothing).
+ * Returns true when the caller must resume the connection (after unlocking). */
+static bool stream_put(crier_http_stream *st, const char *s, size_t n)
+{
+    if (st->ending || atomic_load(&st->closed))
+        return false;
+    if (st->out.len - st->out_pos + n > CRIER_STREAM_MAX_BUFFER) {
+        crier_warn("http", "live feed of %s/%s: the client reads too slowly; closing its stream",
+                   st->tenant, st->user);
+        st->ending = true;
+    } else {
+        crier_http_buf_add(&st->out, s, n);
+    }
+    if (!st->suspended)
+        return false;
+    st->suspended = false;
+    return true;
+}
+
+/* One event: "event: NAME" (and "id: ID") and the data line (JSON has no
+ * newlines: PostgreSQL's json text escapes them). */
+static void stream_event(crier_http_buf *b, const char *name, const char *id, const char *data,
+                         size_t len)
+{
+    if (id)
+        crier_http_buf_printf(b, "id: %s\n", id);
+    crier_http_buf_printf(b, "event: %s\ndata: ", name);
+    crier_http_buf_add(b, data, len);
+    crier_http_buf_puts(b, "\n\n");
+}
+
+/* ------------------------------------------------------------------------
+ * libmicrohttpd's side: the content reader and the response's end
+ */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    crier_http_stream *st = cls;
+    crier_http_streams *hub = st->hub;
+    ssize_t n;
+    (void)pos;
+
+    pthread_mutex_lock(&hub->lock);
+    size_t avail = st->out.len - st->out_pos;
+    if (avail > 0) {
+        n = (ssize_t)(avail < max ? avail : max);
+        memcpy(buf, st->out.data + st->out_pos, (size_t)n);
+        st->out_pos += (size_t)n;
+        if (st->out_pos == st->out.len)
+            st->out.len = st->out_pos = 0;
+    } else if (st->ending) {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    } else {
+        /* nothing to send: park the connection until the hub has more (the
+         * pattern libmicrohttpd prescribes; returning 0 alone would spin) */
+        st->suspended = true;
+        MHD_suspend_connection(st->conn);
+        n = 0;
+    }
+    pthread_mutex_unlock(&hub->lock);
+    return n;
+}
+
+static void stream_response_done(void *cls)
+{
+    crier_http_stream *st = cls;
+    crier_http_streams *hub = st->hub;
+    atomic_store(&st->closed, true);
+    stream_wake(hub);
+    stream_unref(st);
+}
+
+struct MHD_Response *crier_http_stream_response(crier_http_stream *st, struct MHD_Connection *conn)
+{
+    struct MHD_Response *resp;
+    st->conn = conn;
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st,
+                                             stream_response_done);
+    if (!resp) {
+        crier_http_stream_abandon(st);
+        return NULL;
+    }
+    return resp;
+}
+
+void crier_http_stream_abandon(crier_http_stream *st)
+{
+    stream_response_done(st);
+}
+
+/* ------------------------------------------------------------------------
+ * Opening and closing
+ */
+
+crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const char *tenant,
+                                           const char *user, const char *since, bool resumed)
+{
+    crier_http_stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->hub = hub;
+    st->tenant = strdup(tenant);
+    st->user = strdup(user);
+    st->since = strdup(since);
+    atomic_init(&st->refs, 2);
+    atomic_init(&st->closed, false);
+    if (!st->tenant || !st->user || !st->since) {
+        atomic_store(&st->refs, 1);
+        stream_unref(st);
+        return NULL;
+    }
+    st->dirty = true; /* the first update: what committed since the snapshot, and the counts */
+    crier_http_buf_printf(&st->out, "retry: %d\n: crier live feed%s\n\n", STREAM_RETRY_MS,
+                          resumed ? " (resumed)" : "");
+    pthread_mutex_lock(&hub->lock);
+    if (hub->stopping || hub->closing) {
+        pthread_mutex_unlock(&hub->lock);
+        atomic_store(&st->refs, 1);
+        stream_unref(st);
+        return NULL;
+    }
+    st->next = hub->streams;
+    hub->streams = st;
+    hub->open++;
+    hub->opened++;
+    pthread_mutex_unlock(&hub->lock);
+    stream_wake(hub);
+    return st;
+}
+
+/* Resumes the connections of the streams in list (linked by their flag
+ * `resume` collected by the caller) outside the lock, dropping the extra
+ * references taken for it. */
+typedef struct {
+    crier_http_stream **v;
+    size_t n, cap;
+} stream_list;
+
+static void stream_list_add(stream_list *l, crier_http_stream *st)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        crier_http_stream **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            abort(); /* out of memory */
+        l->v = v;
+        l->cap = cap;
+    }
+    atomic_fetch_add(&st->refs, 1);
+    l->v[l->n++] = st;
+}
+
+static void stream_list_resume(stream_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        MHD_resume_connection(l->v[i]->conn);
+        stream_unref(l->v[i]);
+    }
+    l->n = 0;
+}
+
+/* Under hub->lock: ends st; queues its resumption when it is parked. */
+static void stream_end_locked(crier_http_stream *st, stream_list *resume)
+{
+    st->ending = true;
+    if (st->suspended) {
+        st->suspended = false;
+        stream_list_add(resume, st);
+    }
+}
+
+void crier_http_streams_close_all(crier_http_streams *hub)
+{
+    stream_list resume = {0};
+    if (!hub)
+        return;
+    pthread_mutex_lock(&hub->lock);
+    hub->closing = true;
+    for (crier_http_stream *st = hub->streams; st; st = st->next)
+        stream_end_locked(st, &resume);
+    pthread_mutex_unlock(&hub->lock);
+    stream_list_resume(&resume);
+    free(resume.v);
+}
+
+/* ------------------------------------------------------------------------
+ * The hub thread: database connections
+ */
+
+static void hub_disconnect(crier_http_streams *hub, const char *why)
+{
+    if (hub->listen || hub->query)
+        crier_warn("http", "live feeds: lost the database (%s); reconnecting", why);
+    if (hub->listen)
+        PQfinish(hub->listen);
+    if (hub->query)
+        PQfinish(hub->query);
+    hub->listen = hub->query = NULL;
+    pthread_mutex_lock(&hub->lock);
+    hub->listening = false;
+    hub->db_errors++;
+    pthread_mutex_unlock(&hub->lock);
+    hub->reconnect_delay = hub->reconnect_delay > 0 ? hub->reconnect_delay * 2 : 0.25;
+    if (hub->reconnect_delay > STREAM_RECONNECT_MAX)
+        hub->reconnect_delay = STREAM_RECONNECT_MAX;
+    hub->reconnect_at = stream_now() + hub->reconnect_delay;
+}
+
+static bool hub_exec_ok(PGconn *c, const char *sql)
+{
+    PGresult *res = PQexec(c, sql);
+    bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res);
+    return ok;
+}
+
+/* Connects both connections and LISTENs. Every stream is updated afterwards:
+ * announcements made while the hub was away are lost, snapshots are not. */
+static bool hub_connect(crier_http_streams *hub)
+{
+    char err[512];
+    if (stream_now() < hub->reconnect_at)
+        return false;
+    hub->listen = crier_http_db_connect(hub->conninfo, "crier-api-live", err, sizeof err);
+    hub->query = hub->listen ? crier_http_db_connect(hub->conninfo, "crier-api-live", err, sizeof err)
+                             : NULL;
+    if (!hub->query || !hub_exec_ok(hub->listen, "LISTEN crier_feed")) {
+        if (hub->query)
+            snprintf(err, sizeof err, "LISTEN failed: %s", PQerrorMessage(hub->listen));
+        hub_disconnect(hub, err);
+        return false;
+    }
+    hub->reconnect_delay = 0;
+    pthread_mutex_lock(&hub->lock);
+    hub->listening = true;
+    for (crier_http_stream *st = hub->streams; st; st = st->next)
+        st->dirty = true;
+    pthread_mutex_unlock(&hub->lock);
+    crier_debug("http", "live feeds: listening on crier_feed");
+    return true;
+}
+
+/* ------------------------------------------------------------------------
+ * The hub thread: announcements
+ */
+
+typedef struct {
+    char kind;
+    char *tenant, *who;
+} hub_notice;
+
+/* Parses "K<len>:<tenant><who>" (see sql/009_feed_stream.sql). */
+static bool hub_parse(const char *payload, hub_notice *out)
+{
+    char *end;
+    unsigned long len;
+    if (!payload[0] || !strchr("pma", payload[0]) || !isdigit((unsigned char)payload[1]))
+        return false;
+    len = strtoul(payload + 1, &end, 10);
+    if (*end != ':' || strlen(end + 1) < len)
+        return false;
+    out->kind = payload[0];
+    out->tenant = strndup(end + 1, len);
+    out->who = strdup(end + 1 + len);
+    if (!out->tenant || !out->who) {
+        free(out->tenant);
+        free(out->who);
+        return false;
+    }
+    return true;
+}
+
+/* Marks the streams of an audience's members dirty: one query for the
+ * members among the tenant's streaming people. */
+static void hub_audience(crier_http_streams *hub, const char *tenant, const char *audience)
+{
+    PGresult *res;
+    size_t n = 0;
+    crier_pg_array_begin(&hub->users, CRIER_PG_TEXT);
+    pthread_mutex_lock(&hub->lock);
+    for (crier_http_stream *st = hub->streams; st; st = st->next)
+        if (!strcmp(st->tenant, tenant)) {
+            crier_pg_array_add_str(&hub->users, st->user);
+            n++;
+        }
+    pthread_mutex_unlock(&hub->lock);
+    if (!n)
+        return;
+    const char *array = crier_pg_array_end(&hub->users);
+    const char *values[3] = {tenant, audience, array};
+    int lengths[3] = {0, 0, (int)hub->users.len};
+    int formats[3] = {0, 0, 1};
+    res = PQexecParams(hub->query,
+                       "SELECT DISTINCT recipient_id FROM crier.memberships"
+                       " WHERE tenant = $1 AND audience = $2 AND recipient_id = ANY($3::text[])",
+                       3, NULL, values, lengths, formats, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        crier_warn("http", "live feeds: audience lookup failed: %s", PQresultErrorMessage(res));
+        /* wake all of the tenant's streams rather than miss one */
+        pthread_mutex_lock(&hub->lock);
+        for (crier_http_stream *st = hub->streams; st; st = st->next)
+            if (!strcmp(st->tenant, tenant))
+                st->dirty = true;
+        pthread_mutex_unlock(&hub->lock);
+        PQclear(res);
+        return;
+    }
+    pthread_mutex_lock(&hub->lock);
+    for (int i = 0; i < PQntuples(res); i++)
+        for (crier_http_stream *st = hub->streams; st; st = st->next)
+            if (!strcmp(st->tenant, tenant) && !strcmp(st->user, PQgetvalue(res, i, 0)))
+                st->dirty = true;
+    pthread_mutex_unlock(&hub->lock);
+    PQclear(res);
+}
+
+/* Reads the announcements that arrived: people's streams become dirty at
+ * once, audiences are resolved to members afterwards. Returns false when the
+ * listening connection broke. */
+static bool hub_read_notices(crier_http_streams *hub)
+{
+    hub_notice audiences[STREAM_MAX_AUDIENCES];
+    size_t n_aud = 0;
+    bool overflow = false;
+    PGnotify *nt;
+
+    if (!PQconsumeInput(hub->listen))
+        return false;
+    while ((nt = PQnotifies(hub->listen))) {
+        hub_notice n;
+        if (hub_parse(nt->extra, &n)) {
+            pthread_mutex_lock(&hub->lock);
+            hub->notifies++;
+            if (n.kind != 'a') {
+                for (crier_http_stream *st = hub->streams; st; st = st->next)
+                    if (!strcmp(st->tenant, n.tenant) && !strcmp(st->user, n.who)) {
+                        st->dirty = true;
+                        /* a membership can reveal older (backfilled) items */
+                        st->resync = st->resync || n.kind == 'm';
+                    }
+            }
+            pthread_mutex_unlock(&hub->lock);
+            bool kept = false;
+            if (n.kind == 'a') {
+                size_t i;
+                for (i = 0; i < n_aud; i++)
+                    if (!strcmp(audiences[i].tenant, n.tenant) && !strcmp(audiences[i].who, n.who))
+                        break;
+                if (i == n_aud && n_aud < STREAM_MAX_AUDIENCES) {
+                    audiences[n_aud++] = n;
+                    kept = true;
+                } else if (i == n_aud) {
+                    overflow = true;
+                }
+            }
+            if (!kept) {
+                free(n.tenant);
+                free(n.who);
+            }
+        } else {
+            crier_warn("http", "live feeds: ignored a malformed announcement on crier_feed");
+        }
+        PQfreemem(nt);
+    }
+    for (size_t i = 0; i < n_aud; i++) {
+        hub_audience(hub, audiences[i].tenant, audiences[i].who);
+        free(audiences[i].tenant);
+        free(audiences[i].who);
+    }
+    if (overflow) { /* too many audiences at once: update everyone rather than miss one */
+        pthread_mutex_lock(&hub->lock);
+        for (crier_http_stream *st = hub->streams; st; st = st->next)
+            st->dirty = true;
+        pthread_mutex_unlock(&hub->lock);
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------
+ * The hub thread: updating a stream
+ */
+
+static PGresult *hub_query(crier_http_streams *hub, const char *sql, int n, const char *const *v)
+{
+    PGresult *res = PQexecParams(hub->query, sql, n, NULL, v, NULL, NULL, 0);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
+        return res;
+    crier_warn("http", "live feeds: %s", PQresultErrorMessage(res));
+    PQclear(res);
+    return NULL;
+}
+
+/* Reads, in one repeatable-read transaction, what st's person got since its
+ * snapshot, and queues it: the new items oldest first (or a resync when there
+ * are too many), then the counts with the new snapshot as the id. Returns
+ * false on a database error (st stays dirty). */
+static bool hub_update(crier_http_streams *hub, crier_http_stream *st, stream_list *resume)
+{
+    char since[CRIER_STREAM_SNAPSHOT_MAX + 1], limit[16];
+    PGresult *snap = NULL, *ids = NULL, *items = NULL;
+    crier_http_buf ev = {0};
+    bool resync, ok = false;
+    int n_items = 0;
+
+    pthread_mutex_lock(&hub->lock);
+    snprintf(since, sizeof since, "%s", st->since);
+    resync = st->resync;
+    st->dirty = st->resync = false;
+    pthread_mutex_unlock(&hub->lock);
+
+    if (!hub_exec_ok(hub->query, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"))
+        goto out;
+    const char *v_snap[2] = {st->tenant, st->user};
+    snap = hub_query(hub,
+                     "SELECT pg_current_snapshot()::text,"
+                     " json_build_object('unread', c.unread, 'unseen', c.unseen)::text"
+                     " FROM crier.feed_counts($1, $2) c",
+                     2, v_snap);
+    if (!snap)
+        goto out;
+    /* candidates: one more than the most a client gets item by item */
+    snprintf(limit, sizeof limit, "%d", CRIER_STREAM_MAX_ITEMS * 10 + 1);
+    const char *v_ids[4] = {st->tenant, st->user, since, limit};
+    ids = resync ? NULL
+                 : hub_query(hub,
+                             "SELECT array_agg(c), count(*) FROM"
+                             " crier.feed_change_ids($1, $2, $3::pg_snapshot, $4::int) c",
+                             4, v_ids);
+    if (!resync && !ids)
+        goto out;
+    if (ids && atol(PQgetvalue(ids, 0, 1)) > CRIER_STREAM_MAX_ITEMS * 10) {
+        resync = true;
+    } else if (ids && atol(PQgetvalue(ids, 0, 1)) > 0) {
+        snprintf(limit, sizeof limit, "%d", CRIER_STREAM_MAX_ITEMS + 1);
+        const char *v_items[4] = {st->tenant, st->user, PQgetvalue(ids, 0, 0), limit};
+        items = hub_query(hub,
+                          "SELECT * FROM (SELECT " CRIER_HTTP_FEED_ITEM_JSON ", f.id"
+                          " FROM unnest($3::bigint[]) c(id)"
+                          " CROSS JOIN LATERAL crier.feed($1, $2, c.id + 1, 1) f WHERE f.id = c.id"
+                          " ORDER BY f.id DESC LIMIT $4::int) x ORDER BY x.id",
+                          4, v_items);
+        if (!items)
+            goto out;
+        n_items = PQntuples(items);
+        if (n_items > CRIER_STREAM_MAX_ITEMS)
+            resync = true;
+    }
+    if (!hub_exec_ok(hub->query, "COMMIT"))
+        goto out;
+    ok = true;
+
+    if (resync) {
+        stream_event(&ev, "resync", NULL, "{\"reload\":true}", 15);
+    } else {
+        for (int i = 0; i < n_items; i++)
+            stream_event(&ev, "item", NULL, PQgetvalue(items, i, 0),
+                         (size_t)PQgetlength(items, i, 0));
+    }
+    const char *new_since = PQgetvalue(snap, 0, 0), *counts = PQgetvalue(snap, 0, 1);
+    pthread_mutex_lock(&hub->lock);
+    bool counts_changed = !st->last_counts || strcmp(st->last_counts, counts);
+    if (ev.len > 0 || counts_changed) {
+        /* the id rides on the update's last event: a client that reconnects
+         * with it has everything up to this snapshot */
+        stream_event(&ev, "counts", new_since, counts, strlen(counts));
+        if (stream_put(st, ev.data, ev.len))
+            stream_list_add(resume, st);
+        free(st->last_counts);
+        st->last_counts = strdup(counts);
+    }
+    if (strlen(new_since) <= CRIER_STREAM_SNAPSHOT_MAX) {
+        char *s = strdup(new_since);
+        if (s) {
+            free(st->since);
+            st->since = s;
+        }
+    }
+    hub->updates++;
+    hub->items_sent += resync ? 0 : (unsigned long long)n_items;
+    hub->resyncs += resync;
+    pthread_mutex_unlock(&hub->lock);
+out:
+    if (!ok) {
+        bool connected = PQstatus(hub->query) == CONNECTION_OK;
+        pthread_mutex_lock(&hub->lock);
+        st->dirty = true;
+        /* a query that failed on a good connection is retried a second later
+         * without the stream's snapshot (a resync), so that no bad value
+         * makes the hub fail in a loop */
+        st->resync = st->resync || resync || connected;
+        pthread_mutex_unlock(&hub->lock);
+        if (connected) {
+            hub_exec_ok(hub->query, "ROLLBACK");
+            hub->retry_at = stream_now() + 1.0;
+        }
+    }
+    PQclear(snap);
+    PQclear(ids);
+    PQclear(items);
+    crier_http_buf_free(&ev);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------
+ * The hub thread's loop
+ */
+
+/* Drops the streams whose response is gone. */
+static void hub_reap(crier_http_streams *hub)
+{
+    pthread_mutex_lock(&hub->lock);
+    crier_http_stream **p = &hub->streams;
+    while (*p) {
+        crier_http_stream *st = *p;
+        if (atomic_load(&st->closed)) {
+            *p = st->next;
+            hub->open--;
+            stream_unref(st);
+        } else {
+            p = &st->next;
+        }
+    }
+    pthread_mutex_unlock(&hub->lock);
+}
+
+static void hub_keepalive(crier_http_streams *hub, stream_list *resume)
+{
+    pthread_mutex_lock(&hub->lock);
+    for (crier_http_stream *st = hub->streams; st; st = st->next)
+        if (st->out.len == st->out_pos && stream_put(st, ":\n\n", 3))
+            stream_list_add(resume, st);
+    pthread_mutex_unlock(&hub->lock);
+}
+
+static void *hub_main(void *arg)
+{
+    crier_http_streams *hub = arg;
+    stream_list resume = {0}, dirty = {0};
+    double next_keepalive = stream_now() + hub->keepalive;
+
+    for (;;) {
+        struct pollfd fds[2] = {{hub->wake[0], POLLIN, 0}, {-1, POLLIN, 0}};
+        double now = stream_now(), until = next_keepalive;
+        bool stopping;
+
+        pthread_mutex_lock(&hub->lock);
+        stopping = hub->stopping;
+        pthread_mutex_unlock(&hub->lock);
+        if (stopping)
+            break;
+        if (!hub->listen)
+            hub_connect(hub);
+        if (!hub->listen && hub->reconnect_at < until)
+            until = hub->reconnect_at;
+        if (hub->listen)
+            fds[1].fd = PQsocket(hub->listen);
+
+        /* update the dirty streams (outside the lock: queries take time) */
+        if (now < hub->retry_at && hub->retry_at < until)
+            until = hub->retry_at;
+        pthread_mutex_lock(&hub->lock);
+        for (crier_http_stream *st = hub->streams; st && hub->listen && now >= hub->retry_at;
+             st = st->next)
+            if (st->dirty && !st->ending && !atomic_load(&st->closed))
+                stream_list_add(&dirty, st);
+        pthread_mutex_unlock(&hub->lock);
+        for (size_t i = 0; i < dirty.n; i++) {
+            if (hub->query && !hub_update(hub, dirty.v[i], &resume) &&
+                PQstatus(hub->query) != CONNECTION_OK)
+                hub_disconnect(hub, PQerrorMessage(hub->query));
+            stream_unref(dirty.v[i]);
+        }
+        dirty.n = 0;
+        stream_list_resume(&resume);
+
+        if (now >= next_keepalive) {
+            hub_keepalive(hub, &resume);
+            stream_list_resume(&resume);
+            next_keepalive = now + hub->keepalive;
+        }
+        hub_reap(hub);
+
+        int timeout = (int)((until - stream_now()) * 1000) + 1;
+        if (timeout < 0)
+            timeout = 0;
+        int n = poll(fds, fds[1].fd >= 0 ? 2 : 1, timeout);
+        if (n < 0 && errno != EINTR) {
+            crier_error("http", "live feeds: poll failed: %s", strerror(errno));
+            break;
+        }
+        if (fds[0].revents & POLLIN) {
+            char buf[64];
+            while (read(hub->wake[0], buf, sizeof buf) > 0)
+                ;
+        }
+        if (hub->listen && (fds[1].revents & (POLLIN | POLLERR | POLLHUP)) &&
+            !hub_read_notices(hub))
+            hub_disconnect(hub, PQerrorMessage(hub->listen));
+    }
+    free(resume.v);
+    free(dirty.v);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Start, stop, metrics
+ */
+
+crier_http_streams *crier_http_streams_start(const char *conninfo, double keepalive, char *err,
+                                             size_t err_len)
+{
+    crier_http_streams *hub = calloc(1, sizeof *hub);
+    if (!hub || !(hub->conninfo = strdup(conninfo))) {
+        free(hub);
+        crier_set_error(err, err_len, "out of memory");
+        return NULL;
+    }
+    hub->keepalive = keepalive > 0 ? keepalive : 15.0;
+    pthread_mutex_init(&hub->lock, NULL);
+    if (pipe(hub->wake) < 0) {
+        crier_set_error(err, err_len, "cannot create a pipe for the live feeds: %s",
+                        strerror(errno));
+        hub->wake[0] = hub->wake[1] = -1;
+        crier_http_streams_stop(hub);
+        return NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(hub->wake[i], F_SETFL, O_NONBLOCK);
+        fcntl(hub->wake[i], F_SETFD, FD_CLOEXEC);
+    }
+    if (pthread_create(&hub->thread, NULL, hub_main, hub) != 0) {
+        crier_set_error(err, err_len, "cannot start the live feeds' thread");
+        crier_http_streams_stop(hub);
+        return NULL;
+    }
+    hub->started = true;
+    return hub;
+}
+
+void crier_http_streams_stop(crier_http_streams *hub)
+{
+    if (!hub)
+        return;
+    pthread_mutex_lock(&hub->lock);
+    hub->stopping = true;
+    pthread_mutex_unlock(&hub->lock);
+    if (hub->started) {
+        stream_wake(hub);
+        pthread_join(hub->thread, NULL);
+    }
+    /* the daemon has stopped: every response is gone, or never came */
+    while (hub->streams) {
+        crier_http_stream *st = hub->streams;
+        hub->streams = st->next;
+        stream_unref(st);
+    }
+    if (hub->listen)
+        PQfinish(hub->listen);
+    if (hub->query)
+        PQfinish(hub->query);
+    for (int i = 0; i < 2; i++)
+        if (hub->wake[i] >= 0)
+            close(hub->wake[i]);
+    crier_pg_array_free(&hub->users);
+    pthread_mutex_destroy(&hub->lock);
+    free(hub->conninfo);
+    free(hub);
+}
+
+void crier_http_streams_metrics(crier_http_streams *hub, crier_http_buf *b)
+{
+    if (!hub)
+        return;
+    pthread_mutex_lock(&hub->lock);
+    crier_http_buf_printf(
+        b,
+        "# HELP crier_http_streams_open Live feed streams (Server-Sent Events) open now.\n"
+        "# TYPE crier_http_streams_open gauge\ncrier_http_streams_open %ld\n"
+        "# HELP crier_http_streams_opened_total Live feed streams opened.\n"
+        "# TYPE crier_http_streams_opened_total counter\ncrier_http_streams_opened_total %llu\n"
+        "# HELP crier_http_stream_items_total Feed items sent on live streams.\n"
+        "# TYPE crier_http_stream_items_total counter\ncrier_http_stream_items_total %llu\n"
+        "# HELP crier_http_stream_resyncs_total Resync events sent (too many changes, or a "
+        "membership change).\n"
+        "# TYPE crier_http_stream_resyncs_total counter\ncrier_http_stream_resyncs_total %llu\n"
+        "# HELP crier_http_stream_updates_total Stream updates read from the database.\n"
+        "# TYPE crier_http_stream_updates_total counter\ncrier_http_stream_updates_total %llu\n"
+        "# HELP crier_http_stream_notifications_total Announcements received on crier_feed.\n"
+        "# TYPE crier_http_stream_notifications_total counter\n"
+        "crier_http_stream_notifications_total %llu\n"
+        "# HELP crier_http_streams_listening 1 while the live feeds listen on crier_feed.\n"
+        "# TYPE crier_http_streams_listening gauge\ncrier_http_streams_listening %d\n",
+        hub->open, hub->opened, hub->items_sent, hub->resyncs, hub->updates, hub->notifies,
+        hub->listening ? 1 : 0);
+    pthread_mutex_unlock(&hub->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Last-Event-ID
+ */
+
+static bool snap_number(const char **p, unsigned long long *out)
+{
+    const char *s = *p;
+    unsigned long long v = 0;
+    if (!isdigit((unsigned char)*s))
+        return false;
+    for (; isdigit((unsigned char)*s); s++) {
+        if (v > (~0ULL - 9) / 10)
+            return false;
+        v = v * 10 + (unsigned long long)(*s - '0');
+    }
+    *p = s;
+    *out = v;
+    return true;
+}
+
+bool crier_http_stream_valid_snapshot(const char *text)
+{
+    const char *p = text;
+    unsigned long long xmin, xmax, prev, x;
+    if (strlen(text) > CRIER_STREAM_SNAPSHOT_MAX)
+        return false;
+    if (!snap_number(&p, &xmin) || *p++ != ':' || !snap_number(&p, &xmax) || *p++ != ':' ||
+        xmin > xmax || xmin == 0)
+        return false;
+    prev = 0;
+    while (*p) {
+        if (!snap_number(&p, &x) || x < xmin || x >= xmax || x <= prev)
+            return false;
+        prev = x;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return false;
+    }
+    return p[-1] != ',';
+}
