@@ -9,6 +9,10 @@
 --   p<len>:<tenant><recipient>   a person's items or states changed
 --   m<len>:<tenant><recipient>   a person's memberships changed
 --   a<len>:<tenant><audience>    an audience received items
+--   P<len>:<tenant>, M<len>:<tenant>   the same for many people of the tenant
+--                                 at once (a statement touching more than 16
+--                                 people: a bulk fan-out page sends one
+--                                 notification, not one per recipient)
 -- <len> is the tenant's length in bytes, so ids may hold any character.
 
 CREATE FUNCTION crier.feed_notify_payload(p_kind text, p_tenant text, p_who text) RETURNS text
@@ -18,8 +22,13 @@ $$;
 
 CREATE FUNCTION crier.feed_notify_people() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('crier_feed', crier.feed_notify_payload(TG_ARGV[0], x.tenant, x.recipient_id))
-    FROM (SELECT DISTINCT tenant, recipient_id FROM changed) x;
+    IF (SELECT count(*) FROM (SELECT DISTINCT tenant, recipient_id FROM changed LIMIT 17) x) > 16 THEN
+        PERFORM pg_notify('crier_feed', crier.feed_notify_payload(upper(TG_ARGV[0]), x.tenant, ''))
+        FROM (SELECT DISTINCT tenant FROM changed) x;
+    ELSE
+        PERFORM pg_notify('crier_feed', crier.feed_notify_payload(TG_ARGV[0], x.tenant, x.recipient_id))
+        FROM (SELECT DISTINCT tenant, recipient_id FROM changed) x;
+    END IF;
     RETURN NULL;
 END;
 $$;

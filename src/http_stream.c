@@ -348,7 +348,7 @@ static bool hub_parse(const char *payload, hub_notice *out)
 {
     char *end;
     unsigned long len;
-    if (!payload[0] || !strchr("pma", payload[0]) || !isdigit((unsigned char)payload[1]))
+    if (!payload[0] || !strchr("pmaPM", payload[0]) || !isdigit((unsigned char)payload[1]))
         return false;
     len = strtoul(payload + 1, &end, 10);
     if (*end != ':' || strlen(end + 1) < len)
@@ -426,11 +426,13 @@ static bool hub_read_notices(crier_http_streams *hub)
             pthread_mutex_lock(&hub->lock);
             hub->notifies++;
             if (n.kind != 'a') {
+                /* P, M: many people of the tenant at once (a bulk change) */
+                bool everyone = n.kind == 'P' || n.kind == 'M';
                 for (crier_http_stream *st = hub->streams; st; st = st->next)
-                    if (!strcmp(st->tenant, n.tenant) && !strcmp(st->user, n.who)) {
+                    if (!strcmp(st->tenant, n.tenant) && (everyone || !strcmp(st->user, n.who))) {
                         st->dirty = true;
                         /* a membership can reveal older (backfilled) items */
-                        st->resync = st->resync || n.kind == 'm';
+                        st->resync = st->resync || n.kind == 'm' || n.kind == 'M';
                     }
             }
             pthread_mutex_unlock(&hub->lock);

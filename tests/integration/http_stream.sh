@@ -114,6 +114,19 @@ wait_events bob "any(e['event'] == 'item' for e in ev)" "bob's own comment arriv
 assert_eq "cy: for bob" "$(titles bob)" "bob got only his own item (not the release: not a member)"
 assert_eq "" "$(titles gann)" "globex's ann got nothing of acme's ann"
 
+# A bulk fan-out (one statement writing items for more than 16 people) sends
+# one tenant-wide announcement instead of one per person; each streaming
+# person still gets their item.
+psql -XAtq "$CRIER_DATABASE_URL" -c "LISTEN crier_feed" -c "SELECT pg_sleep(3)" >"$WORK/listen.out" 2>&1 &
+LISTEN_PID=$!
+sleep 0.5
+emit acme comment.created c6 "{\"author\": \"cy\", \"text\": \"all hands\", \"to\": [\"ann\", \"bob\"$(printf ', "p%d"' $(seq 18))]}"
+wait_events ann "'cy: all hands' in [e['data']['content']['title'] for e in ev if e['event'] == 'item']" "ann's bulk item"
+wait_events bob "'cy: all hands' in [e['data']['content']['title'] for e in ev if e['event'] == 'item']" "bob's bulk item"
+wait "$LISTEN_PID" || true
+grep -q 'payload "P4:acme"' "$WORK/listen.out" || fail "one tenant-wide announcement for the bulk: $(cat "$WORK/listen.out")"
+[ "$(grep -c 'payload "p' "$WORK/listen.out")" = 0 ] || fail "no per-person announcements for the bulk: $(cat "$WORK/listen.out")"
+
 # 4. Exact under out-of-order commits: an item inserted first (lower
 # position) but committed after a later one still arrives.
 sql "SELECT crier.join_audience('acme', 'team:late', 'ann')" >/dev/null
