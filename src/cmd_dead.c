@@ -52,23 +52,14 @@ typedef struct {
     bool json, dry_run;
 } dead_args;
 
-/* The dead rows of both kinds, one shape, filtered by $1..$8. */
+/* The dead letters (crier.dead_letters, sql/010: the same definition as the
+ * HTTP API's), filtered by $1..$8 (tenant, type, channel, since, until, kind,
+ * delivery id, event id; NULL: any). */
 #define DEAD_ROWS                                                                                   \
-    "SELECT * FROM ("                                                                               \
-    " SELECT 'delivery' AS kind, d.id, d.tenant, n.event_type, n.entity_id, n.recipient_id AS recipient," \
-    "        d.channel, d.target, d.attempts, d.dead_at AS died_at, d.last_status, d.last_error"        \
-    " FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id"               \
-    " WHERE d.state = 'dead'"                                                                       \
-    " UNION ALL"                                                                                    \
-    " SELECT 'event', e.id, e.tenant, e.event_type, e.entity_id, NULL, NULL, NULL, e.attempts,"     \
-    "        e.processed_at, NULL, e.last_error"                                                    \
-    " FROM crier.events e WHERE e.state = 'dead') AS x"                                             \
-    " WHERE ($1::text IS NULL OR x.tenant = $1) AND ($2::text IS NULL OR x.event_type = $2)"        \
-    "   AND ($3::text IS NULL OR x.channel = $3)"                                                   \
-    "   AND ($4::timestamptz IS NULL OR x.died_at >= $4) AND ($5::timestamptz IS NULL OR x.died_at < $5)" \
-    "   AND ($6::text IS NULL OR x.kind = $6)"                                                      \
-    "   AND ($7::bigint IS NULL OR (x.kind = 'delivery' AND x.id = $7))"                            \
-    "   AND ($8::bigint IS NULL OR (x.kind = 'event' AND x.id = $8))"
+    "SELECT x.kind, x.id, x.tenant, x.event_type, x.entity_id, x.recipient, x.channel, x.target,"  \
+    "       x.attempts, x.died_at, x.last_status, x.last_error"                                    \
+    " FROM crier.dead_letters($1, $2, $3, $4::timestamptz, $5::timestamptz, $6, $7::bigint,"       \
+    "                         $8::bigint) AS x"
 
 static const char SQL_LIST[] = DEAD_ROWS " ORDER BY x.died_at DESC NULLS LAST, x.id DESC LIMIT $9";
 
@@ -79,35 +70,14 @@ static const char SQL_COUNT[] =
     "SELECT count(*) FILTER (WHERE kind = 'delivery'), count(*) FILTER (WHERE kind = 'event')"
     " FROM (" DEAD_ROWS ") AS y";
 
-/* One chunk of deliveries: due now with a fresh schedule, their disabled
- * endpoints enabled. */
-static const char SQL_REPLAY_DELIVERIES[] =
-    "WITH picked AS ("
-    "  SELECT x.id FROM (" DEAD_ROWS ") AS x WHERE x.kind = 'delivery' ORDER BY x.id LIMIT 500"
-    "), upd AS ("
-    "  UPDATE crier.deliveries d SET state = 'pending', due_at = now(), budget_start = d.attempts,"
-    "      dead_at = NULL"
-    "  FROM picked WHERE d.id = picked.id AND d.state = 'dead'"
-    "  RETURNING d.tenant, d.channel, d.target"
-    "), ep AS ("
-    "  UPDATE crier.endpoints e SET state = 'active', consecutive_failures = 0, failing_since = NULL,"
-    "      paused_at = NULL, next_probe_at = NULL, probes = 0, disabled_at = NULL, updated_at = now()"
-    "  FROM (SELECT DISTINCT tenant, channel, target FROM upd) u"
-    "  WHERE e.tenant = u.tenant AND e.channel = u.channel AND e.target = u.target AND e.state = 'disabled'"
-    "  RETURNING 1"
-    ")"
-    " SELECT (SELECT count(*) FROM upd), (SELECT count(*) FROM ep)";
+/* One chunk (crier.replay_dead): deliveries due now with a fresh schedule,
+ * their disabled endpoints enabled, then events fanned out again. */
+static const char SQL_REPLAY[] =
+    "SELECT r.deliveries, r.events, r.endpoints_enabled"
+    " FROM crier.replay_dead($1, $2, $3, $4::timestamptz, $5::timestamptz, $6, $7::bigint, $8::bigint,"
+    "                        $9::int) AS r";
 
-static const char SQL_REPLAY_EVENTS[] =
-    "WITH picked AS ("
-    "  SELECT x.id FROM (" DEAD_ROWS ") AS x WHERE x.kind = 'event' ORDER BY x.id LIMIT 500"
-    "), upd AS ("
-    "  UPDATE crier.events e SET state = 'pending', attempts = 0, available_at = now(), last_error = NULL,"
-    "      processed_at = NULL"
-    "  FROM picked WHERE e.id = picked.id AND e.state = 'dead'"
-    "  RETURNING 1"
-    ")"
-    " SELECT count(*), 0 FROM upd";
+#define DEAD_REPLAY_CHUNK "500"
 
 /* "2h" → a timestamp that long ago; anything else is passed on as a timestamp
  * for PostgreSQL to parse. */
@@ -242,30 +212,6 @@ static void dead_progress(bool tty, const char *what, long long done, long long 
     fflush(stderr);
 }
 
-/* Replays one kind in chunks until none is left; returns the count, -1 on error. */
-static long long dead_replay_kind(PGconn *conn, const dead_args *a, const char *sql, const char *what,
-                                  long long total, long long *endpoints)
-{
-    bool tty = isatty(STDERR_FILENO);
-    long long done = 0;
-    dead_progress(tty, what, 0, total);
-    for (;;) {
-        PGresult *res = dead_exec(conn, sql, a, NULL);
-        if (!res)
-            return -1;
-        long long n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        *endpoints += strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-        PQclear(res);
-        if (n == 0)
-            break;
-        done += n;
-        dead_progress(tty, what, done < total ? done : total, total);
-    }
-    if (tty && done < total)
-        dead_progress(tty, what, total, total);
-    return done;
-}
-
 static int dead_replay(PGconn *conn, const dead_args *a)
 {
     PGresult *res = dead_exec(conn, SQL_COUNT, a, NULL);
@@ -282,13 +228,26 @@ static int dead_replay(PGconn *conn, const dead_args *a)
         printf("nothing to replay: no dead letter matches (crier dead list shows them)\n");
         return 0;
     }
-    long long endpoints = 0, d = 0, e = 0;
-    if (deliveries > 0 &&
-        (d = dead_replay_kind(conn, a, SQL_REPLAY_DELIVERIES, "deliveries", deliveries, &endpoints)) < 0)
-        return 1;
-    if (events > 0 && (e = dead_replay_kind(conn, a, SQL_REPLAY_EVENTS, "events", events, &endpoints)) < 0)
-        return 1;
-    PQclear(PQexec(conn, "SELECT pg_notify('crier_deliveries', ''), pg_notify('crier_events', '')"));
+    /* in chunks until none is left (deliveries first, then events) */
+    bool tty = isatty(STDERR_FILENO);
+    long long total = deliveries + events, endpoints = 0, d = 0, e = 0;
+    dead_progress(tty, "dead letters", 0, total);
+    for (;;) {
+        res = dead_exec(conn, SQL_REPLAY, a, DEAD_REPLAY_CHUNK);
+        if (!res)
+            return 1;
+        long long nd = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        long long ne = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        endpoints += strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+        PQclear(res);
+        if (nd + ne == 0)
+            break;
+        d += nd;
+        e += ne;
+        dead_progress(tty, "dead letters", d + e < total ? d + e : total, total);
+    }
+    if (tty && d + e < total)
+        dead_progress(tty, "dead letters", total, total);
     printf("replayed %lld deliveries and %lld events: due now for crier serve", d, e);
     if (endpoints > 0)
         printf("; %lld disabled endpoint%s enabled", endpoints, endpoints == 1 ? "" : "s");
