@@ -20,6 +20,7 @@
  *      the receiver's log time of its webhook minus the time its commit
  *      returned. */
 #define _GNU_SOURCE
+#include "bench_util.h"
 #include "cli.h"
 #include "engine.h"
 #include "keys.h"
@@ -105,221 +106,6 @@ typedef struct {
 #define BENCH_TENANT "bench"
 #define BENCH_TYPE "bench.ping"
 
-static double bench_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double bench_real(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void bench_sleep(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
-/* The machine's 1-minute load average (NAN if unknown): how busy the shared
- * machine was, to read the figures by. */
-static double bench_load(void)
-{
-    double load = NAN;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &load) != 1)
-            load = NAN;
-        fclose(f);
-    }
-    return load;
-}
-
-static int bench_exec(PGconn *conn, const char *sql)
-{
-    PGresult *res = PQexec(conn, sql);
-    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (!ok)
-        crier_cli_error("bench", "%s: %s", sql, PQresultErrorMessage(res));
-    PQclear(res);
-    return ok ? 0 : -1;
-}
-
-/* Runs a query returning one row of numbers; stores up to n columns into out
- * (NULL values as NAN). Returns 0 or -1 (message printed). */
-static int bench_query_numbers(PGconn *conn, const char *sql, double *out, int n)
-{
-    PGresult *res = PQexec(conn, sql);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < n) {
-        crier_cli_error("bench", "%s: %s", sql, PQresultErrorMessage(res));
-        PQclear(res);
-        return -1;
-    }
-    for (int i = 0; i < n; i++)
-        out[i] = PQgetisnull(res, 0, i) ? NAN : strtod(PQgetvalue(res, 0, i), NULL);
-    PQclear(res);
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median, min and max of the non-NAN values of v (n values; v is not changed).
- * All NAN when there is none. */
-static void bench_stats(const double *v, int n, double *med, double *lo, double *hi)
-{
-    double *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
-    int k = 0;
-    if (!s)
-        abort();
-    for (int i = 0; i < n; i++)
-        if (!isnan(v[i]))
-            s[k++] = v[i];
-    qsort(s, (size_t)k, sizeof *s, cmp_double);
-    *med = k == 0 ? NAN : k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2;
-    *lo = k ? s[0] : NAN;
-    *hi = k ? s[k - 1] : NAN;
-    free(s);
-}
-
-/* The p-quantile (0 < p <= 1, nearest rank) of sorted values v[0..n). */
-static double bench_quantile(const double *v, size_t n, double p)
-{
-    size_t rank = (size_t)ceil(p * (double)n);
-    return n == 0 ? NAN : v[rank > 0 ? rank - 1 : 0];
-}
-
-/* ------------------------------------------------------------------------ */
-/* Child processes (nginx, crier serve) */
-
-/* Starts argv[0] with argv, stdin from /dev/null and stdout/stderr into
- * log_path, no other descriptor inherited. Returns the pid, or -1 (message
- * printed). */
-static pid_t bench_spawn(char *const argv[], const char *log_path)
-{
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    pid_t pid;
-
-    if (fd < 0) {
-        crier_cli_error("bench", "cannot create %s: %s", log_path, strerror(errno));
-        return -1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid = fork();
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
-        if (in < 0 || dup2(in, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
-            _exit(127);
-        close_range(3, ~0U, 0);
-        execv(argv[0], argv);
-        dprintf(2, "crier bench: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fd);
-    if (pid < 0)
-        crier_cli_error("bench", "fork: %s", strerror(errno));
-    return pid;
-}
-
-/* Waits up to timeout_s for child pid. Returns its exit status, 128 + the
- * signal that killed it, or -1 if it is still running. */
-static int bench_wait(pid_t pid, double timeout_s)
-{
-    double until = bench_mono() + timeout_s;
-    int status;
-
-    for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (r < 0 && errno != EINTR)
-            return 255;
-        if (bench_mono() >= until)
-            return -1;
-        bench_sleep(0.005);
-    }
-}
-
-/* Stops child *pid (SIGTERM, then SIGKILL after grace_s) and reaps it; sets
- * *pid to 0. Returns its exit status as bench_wait does. */
-static int bench_stop_child(pid_t *pid, double grace_s)
-{
-    int rc;
-    if (*pid <= 0)
-        return 0;
-    kill(*pid, SIGTERM);
-    rc = bench_wait(*pid, grace_s);
-    if (rc < 0) {
-        kill(*pid, SIGKILL);
-        rc = bench_wait(*pid, 10);
-    }
-    *pid = 0;
-    return rc;
-}
-
-/* Prints the last lines of a log file to stderr (a failure's context). */
-static void bench_print_tail(const char *path)
-{
-    char *text = crier_cli_read_file(path);
-    if (!text)
-        return;
-    size_t len = strlen(text);
-    const char *start = len > 2000 ? text + len - 2000 : text;
-    fprintf(stderr, "--- %s (tail) ---\n%s%s", path, start,
-            len && text[len - 1] != '\n' ? "\n" : "");
-    free(text);
-}
-
-/* A TCP port on 127.0.0.1 that is free right now (0 on failure). */
-static int bench_free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    socklen_t len = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-static bool bench_port_open(int port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    bool ok;
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
-/* Writes a file. Returns 0 or -1 (message printed). */
-static int bench_write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    bool ok = f && fputs(text, f) >= 0;
-    if (f && fclose(f) != 0)
-        ok = false;
-    if (!ok)
-        crier_cli_error("bench", "cannot write %s: %s", path, strerror(errno));
-    return ok ? 0 : -1;
-}
-
 /* Writes the nginx configuration: one process (master_process off, so the
  * `user` directive does not apply and root and non-root run it alike), every
  * path inside the work directory, 204 for every request, one access-log line
@@ -364,7 +150,7 @@ static int bench_nginx_config(const bench_ctx *b)
         return -1;
     }
     snprintf(path, sizeof path, "%s/nginx.conf", b->dir);
-    return bench_write_file(path, conf);
+    return crier_bench_write_file(path, conf);
 }
 
 /* Starts nginx with an empty access log and waits until it accepts
@@ -379,27 +165,27 @@ static int bench_nginx_start(bench_ctx *b)
     snprintf(out, sizeof out, "%s/nginx.out", b->dir);
     snprintf(access, sizeof access, "%s/access.log", b->dir);
     unlink(access);
-    b->nginx_pid = bench_spawn(argv, out);
+    b->nginx_pid = crier_bench_spawn(argv, out);
     if (b->nginx_pid < 0) {
         b->nginx_pid = 0;
         return -1;
     }
-    for (double until = bench_mono() + 10; bench_mono() < until; bench_sleep(0.01)) {
-        if (bench_port_open(b->port))
+    for (double until = crier_bench_mono() + 10; crier_bench_mono() < until; crier_bench_sleep(0.01)) {
+        if (crier_bench_port_open(b->port))
             return 0;
-        int rc = bench_wait(b->nginx_pid, 0);
+        int rc = crier_bench_wait(b->nginx_pid, 0);
         if (rc >= 0) {
             b->nginx_pid = 0;
             crier_cli_error("bench", "nginx exited with status %d at start (port %d)", rc, b->port);
-            bench_print_tail(out);
-            bench_print_tail(errlog);
+            crier_bench_print_tail(out);
+            crier_bench_print_tail(errlog);
             return -1;
         }
     }
     crier_cli_error("bench", "nginx did not accept connections on 127.0.0.1:%d within 10 s",
                     b->port);
-    bench_stop_child(&b->nginx_pid, 5);
-    bench_print_tail(errlog);
+    crier_bench_stop_child(&b->nginx_pid, 5);
+    crier_bench_print_tail(errlog);
     return -1;
 }
 
@@ -408,7 +194,7 @@ static int bench_nginx_start(bench_ctx *b)
 static int bench_nginx_stop(bench_ctx *b, char *kept, size_t kept_len)
 {
     char access[400];
-    bench_stop_child(&b->nginx_pid, 10);
+    crier_bench_stop_child(&b->nginx_pid, 10);
     snprintf(access, sizeof access, "%s/access.log", b->dir);
     snprintf(kept, kept_len, "%s/access-%d.log", b->dir, ++b->n_logs);
     if (rename(access, kept) < 0) {
@@ -452,7 +238,7 @@ static int bench_serve_start(bench_ctx *b, bool exit_when_idle, char *log, size_
     }
     argv[n] = NULL;
     snprintf(log, log_len, "%s/serve-%d.log", b->dir, ++b->n_logs);
-    b->serve_pid = bench_spawn(argv, log);
+    b->serve_pid = crier_bench_spawn(argv, log);
     if (b->serve_pid < 0) {
         b->serve_pid = 0;
         return -1;
@@ -544,7 +330,7 @@ static double bench_receiver_rate(const bench_line *l, long n, long *connections
 static int bench_exec_all(PGconn *conn, const char *const *sqls)
 {
     for (; *sqls; sqls++)
-        if (bench_exec(conn, *sqls) < 0)
+        if (crier_bench_exec(conn, *sqls) < 0)
             return -1;
     return 0;
 }
@@ -611,7 +397,7 @@ static int bench_engine_no_send(bench_ctx *b)
 static double bench_delivered_rate(PGconn *conn, long n, const char *what)
 {
     double v[4];
-    if (bench_query_numbers(
+    if (crier_bench_query_numbers(
             conn,
             "WITH d AS (SELECT delivered_at FROM crier.deliveries WHERE state = 'delivered'),"
             " m AS (SELECT min(delivered_at) AS lo, max(delivered_at) AS hi FROM d)"
@@ -661,7 +447,7 @@ static int bench_preload(bench_ctx *b, long events)
         " due_at = now() - interval '1 second', last_status = NULL, last_error = NULL,"
         " delivered_at = NULL",
         NULL};
-    if (bench_reset_all(b->conn) < 0 || bench_exec(b->conn, sql) < 0 || bench_engine_no_send(b) < 0)
+    if (bench_reset_all(b->conn) < 0 || crier_bench_exec(b->conn, sql) < 0 || bench_engine_no_send(b) < 0)
         return -1;
     return bench_exec_all(b->conn, snapshot);
 }
@@ -678,13 +464,13 @@ static int bench_phase_http(bench_ctx *b, long n, bench_run *run)
         return -1;
     if (bench_serve_start(b, true, serve_log, sizeof serve_log) < 0)
         goto fail;
-    rc = bench_wait(b->serve_pid, 60 + (double)n / 200);
+    rc = crier_bench_wait(b->serve_pid, 60 + (double)n / 200);
     if (rc != 0) {
         if (rc < 0)
-            bench_stop_child(&b->serve_pid, 15);
+            crier_bench_stop_child(&b->serve_pid, 15);
         b->serve_pid = 0;
         crier_cli_error("bench", "crier serve %s", rc < 0 ? "did not finish in time" : "failed");
-        bench_print_tail(serve_log);
+        crier_bench_print_tail(serve_log);
         goto fail;
     }
     b->serve_pid = 0;
@@ -692,7 +478,7 @@ static int bench_phase_http(bench_ctx *b, long n, bench_run *run)
         return -1;
     run->http_per_s = bench_delivered_rate(b->conn, n, "throughput");
     if (run->http_per_s < 0) {
-        bench_print_tail(serve_log);
+        crier_bench_print_tail(serve_log);
         return -1;
     }
     n_lines = bench_read_log(access, &lines);
@@ -722,30 +508,30 @@ static int bench_phase_floor(bench_ctx *b, long n, bench_run *run)
  * the serve child dies). Returns 0 or -1 (message printed). */
 static int bench_wait_delivered(bench_ctx *b, long want, double timeout_s, const char *serve_log)
 {
-    double until = bench_mono() + timeout_s, v[1] = {0};
+    double until = crier_bench_mono() + timeout_s, v[1] = {0};
     for (;;) {
-        if (bench_query_numbers(b->conn,
+        if (crier_bench_query_numbers(b->conn,
                                 "SELECT count(*) FROM crier.deliveries WHERE state = 'delivered'",
                                 v, 1) < 0)
             return -1;
         if ((long)v[0] >= want)
             return 0;
-        int rc = bench_wait(b->serve_pid, 0);
+        int rc = crier_bench_wait(b->serve_pid, 0);
         if (rc >= 0) {
             b->serve_pid = 0;
             crier_cli_error("bench",
                             "crier serve exited (status %d) with %.0f of %ld deliveries delivered",
                             rc, v[0], want);
-            bench_print_tail(serve_log);
+            crier_bench_print_tail(serve_log);
             return -1;
         }
-        if (bench_mono() >= until) {
+        if (crier_bench_mono() >= until) {
             crier_cli_error("bench", "only %.0f of %ld deliveries were delivered within %.0f s",
                             v[0], want, timeout_s);
-            bench_print_tail(serve_log);
+            crier_bench_print_tail(serve_log);
             return -1;
         }
-        bench_sleep(0.02);
+        crier_bench_sleep(0.02);
     }
 }
 
@@ -805,7 +591,7 @@ static int bench_emitter_read(bench_emitter *e, double *commit)
     while (!PQisBusy(e->conn)) {
         PGresult *res = PQgetResult(e->conn);
         if (!res) {
-            commit[e->event] = bench_real();
+            commit[e->event] = crier_bench_real();
             e->event = -1;
             return 1;
         }
@@ -845,9 +631,9 @@ static int bench_emit_paced(const char *conninfo, int n_conns, long n, int rate,
         if (bench_prepare_emit(em[c].conn) < 0 || PQsetnonblocking(em[c].conn, 1) < 0)
             goto out;
     }
-    start = bench_mono() + 0.01;
+    start = crier_bench_mono() + 0.01;
     while (done < n) {
-        double now = bench_mono();
+        double now = crier_bench_mono();
         int busy = 0;
         /* Send every due event that has an idle connection to go on. */
         for (int c = 0; c < n_conns && next < n && start + (double)next / rate <= now; c++) {
@@ -861,7 +647,7 @@ static int bench_emit_paced(const char *conninfo, int n_conns, long n, int rate,
                 goto out;
             }
             while (PQflush(em[c].conn) == 1) /* rare: the socket buffer is full */
-                bench_sleep(0.0001);
+                crier_bench_sleep(0.0001);
             em[c].event = next++;
         }
         for (int c = 0; c < n_conns; c++) {
@@ -874,7 +660,7 @@ static int bench_emit_paced(const char *conninfo, int n_conns, long n, int rate,
          * a connection to send it on). */
         struct timespec ts, *timeout = NULL;
         if (next < n && busy < n_conns) {
-            double wait = start + (double)next / rate - bench_mono();
+            double wait = start + (double)next / rate - crier_bench_mono();
             wait = wait > 0 ? wait : 0;
             ts.tv_sec = (time_t)wait;
             ts.tv_nsec = (long)((wait - (double)ts.tv_sec) * 1e9);
@@ -918,7 +704,7 @@ static int bench_phase_latency(bench_ctx *b, bench_run *run)
 
     if (!commit || !lat || !ids)
         abort();
-    if (bench_reset_all(b->conn) < 0 || bench_exec(b->conn, "CHECKPOINT") < 0)
+    if (bench_reset_all(b->conn) < 0 || crier_bench_exec(b->conn, "CHECKPOINT") < 0)
         goto out;
     if (bench_prepare_emit(b->conn) < 0)
         goto out;
@@ -943,10 +729,10 @@ static int bench_phase_latency(bench_ctx *b, bench_run *run)
     }
     if (bench_wait_delivered(b, n + 1, 30 + b->o.seconds, serve_log) < 0)
         goto out;
-    st = bench_stop_child(&b->serve_pid, 15);
+    st = crier_bench_stop_child(&b->serve_pid, 15);
     if (st != 0) {
         crier_cli_error("bench", "crier serve exited with status %d on SIGTERM", st);
-        bench_print_tail(serve_log);
+        crier_bench_print_tail(serve_log);
         goto out;
     }
     nginx_up = false;
@@ -989,13 +775,13 @@ static int bench_phase_latency(bench_ctx *b, bench_run *run)
     if (duplicates)
         crier_cli_error("bench", "warning: latency: %ld webhooks arrived more than once",
                         duplicates);
-    qsort(lat, (size_t)n, sizeof *lat, cmp_double);
-    run->p50_ms = bench_quantile(lat, (size_t)n, 0.50);
-    run->p99_ms = bench_quantile(lat, (size_t)n, 0.99);
+    qsort(lat, (size_t)n, sizeof *lat, crier_bench_cmp_double);
+    run->p50_ms = crier_bench_quantile(lat, (size_t)n, 0.50);
+    run->p99_ms = crier_bench_quantile(lat, (size_t)n, 0.99);
     run->max_ms = lat[n - 1];
     rc = 0;
 out:
-    bench_stop_child(&b->serve_pid, 15);
+    crier_bench_stop_child(&b->serve_pid, 15);
     if (nginx_up)
         bench_nginx_stop(b, access, sizeof access);
     free(lines);
@@ -1042,16 +828,7 @@ static int bench_write_rules(bench_ctx *b)
              "}\n",
              b->port);
     snprintf(path, sizeof path, "%s/bench.lua", b->rules_dir);
-    return bench_write_file(path, text);
-}
-
-static int bench_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
+    return crier_bench_write_file(path, text);
 }
 
 /* Opens the database (embedded: a fresh crier_bench_deliver; else the given
@@ -1069,9 +846,9 @@ static int bench_open_database(bench_ctx *b, crier_database *db)
     if (db->embedded) {
         PGconn *conn = PQconnectdb(db->conninfo);
         if (PQstatus(conn) != CONNECTION_OK ||
-            bench_exec(conn, "SET client_min_messages = warning") < 0 ||
-            bench_exec(conn, "DROP DATABASE IF EXISTS crier_bench_deliver WITH (FORCE)") < 0 ||
-            bench_exec(conn, "CREATE DATABASE crier_bench_deliver") < 0) {
+            crier_bench_exec(conn, "SET client_min_messages = warning") < 0 ||
+            crier_bench_exec(conn, "DROP DATABASE IF EXISTS crier_bench_deliver WITH (FORCE)") < 0 ||
+            crier_bench_exec(conn, "CREATE DATABASE crier_bench_deliver") < 0) {
             crier_cli_error("bench", "cannot create database crier_bench_deliver: %s",
                             PQerrorMessage(conn));
             PQfinish(conn);
@@ -1089,8 +866,8 @@ static int bench_open_database(bench_ctx *b, crier_database *db)
         crier_cli_error("bench", "cannot connect: %s", PQerrorMessage(b->conn));
         return -1;
     }
-    if (bench_exec(b->conn, "SET client_min_messages = warning") < 0 ||
-        bench_query_numbers(b->conn,
+    if (crier_bench_exec(b->conn, "SET client_min_messages = warning") < 0 ||
+        crier_bench_query_numbers(b->conn,
                             "SELECT count(*) FROM crier.events WHERE tenant <> '" BENCH_TENANT "'",
                             other, 1) < 0)
         return -1;
@@ -1102,7 +879,7 @@ static int bench_open_database(bench_ctx *b, crier_database *db)
             other[0]);
         return -1;
     }
-    return bench_exec(b->conn, "CREATE SCHEMA IF NOT EXISTS crier_bench_deliver");
+    return crier_bench_exec(b->conn, "CREATE SCHEMA IF NOT EXISTS crier_bench_deliver");
 }
 
 static void json_number(const char *name, double v, int decimals, bool comma)
@@ -1126,7 +903,7 @@ static bench_figure bench_figure_of(const bench_run *runs, int n, size_t offset)
         abort();
     for (int i = 0; i < n; i++)
         v[i] = *(const double *)((const char *)&runs[i] + offset);
-    bench_stats(v, n, &f.med, &f.lo, &f.hi);
+    crier_bench_stats(v, n, &f.med, &f.lo, &f.hi);
     f.spread_pct = f.med > 0 ? 100.0 * (f.hi - f.lo) / f.med : NAN;
     free(v);
     return f;
@@ -1288,7 +1065,7 @@ int crier_bench_deliver(int argc, char **argv)
         b.dir[0] = '\0';
         goto out;
     }
-    b.port = bench_free_port();
+    b.port = crier_bench_free_port();
     if (!b.port) {
         crier_cli_error("bench", "no free TCP port on 127.0.0.1");
         goto out;
@@ -1322,7 +1099,7 @@ int crier_bench_deliver(int argc, char **argv)
             goto out;
         if (latency_events > 0 && bench_phase_latency(&b, r) < 0)
             goto out;
-        r->load = bench_load();
+        r->load = crier_bench_load();
         if (!b.o.json) {
             fprintf(stderr,
                     "  run %d: %.0f deliveries/s (receiver %.0f/s, %ld connections), floor %.0f/s, "
@@ -1338,16 +1115,16 @@ int crier_bench_deliver(int argc, char **argv)
     bench_report(&b.o, runs, deliveries, latency_events);
     rc = 0;
 out:
-    bench_stop_child(&b.serve_pid, 15);
-    bench_stop_child(&b.nginx_pid, 10);
+    crier_bench_stop_child(&b.serve_pid, 15);
+    crier_bench_stop_child(&b.nginx_pid, 10);
     if (b.conn) {
         if (rc == 0)
-            bench_exec(b.conn, "DROP SCHEMA IF EXISTS crier_bench_deliver CASCADE");
+            crier_bench_exec(b.conn, "DROP SCHEMA IF EXISTS crier_bench_deliver CASCADE");
         PQfinish(b.conn);
     }
     if (b.dir[0]) {
         if (rc == 0 && !b.o.keep)
-            nftw(b.dir, bench_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            crier_bench_rm_tree(b.dir);
         else
             fprintf(stderr, "crier bench: work directory kept: %s\n", b.dir);
     }

@@ -3,6 +3,7 @@
  * RETURNING per batch) against a raw COPY of the same rows into an identical
  * table on the same cluster. Runs both several times, alternating, and reports
  * medians, the ratio, and the spread as a noise figure. */
+#include "bench_util.h"
 #include "cli.h"
 #include "keys.h"
 #include "log.h"
@@ -33,32 +34,9 @@ typedef struct {
     bool json;
 } bench_opts;
 
-static double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int bench_exec(PGconn *conn, const char *sql)
-{
-    PGresult *res = PQexec(conn, sql);
-    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (!ok)
-        crier_cli_error("bench", "%s: %s", sql, PQresultErrorMessage(res));
-    PQclear(res);
-    return ok ? 0 : -1;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    qsort(v, (size_t)n, sizeof *v, crier_bench_cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -117,7 +95,7 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
     crier_pg_params params;
     bench_row row;
     const char *sql = bench_insert_sql(table);
-    double t0 = bench_now();
+    double t0 = crier_bench_mono();
     long rows = 0;
 
     *inserted = 0;
@@ -156,7 +134,7 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
         crier_pg_array_free(&cols[c]);
     if (rows < 0)
         return -1;
-    return (double)rows / (bench_now() - t0);
+    return (double)rows / (crier_bench_mono() - t0);
 }
 
 /* Builds the COPY text of the same rows (outside the timed region). */
@@ -181,7 +159,7 @@ static char *bench_copy_text(const bench_opts *o, long long first_event, size_t 
 
 static double bench_copy_pass(PGconn *conn, const char *text, size_t len, long rows)
 {
-    double t0 = bench_now();
+    double t0 = crier_bench_mono();
     PGresult *res = PQexec(conn, "COPY crier_bench.n_copy (key_hash, key, event_id, tenant, event_type, entity_id,"
                                  " recipient_id, discriminator, rules_version) FROM STDIN");
     if (PQresultStatus(res) != PGRES_COPY_IN) {
@@ -210,7 +188,7 @@ static double bench_copy_pass(PGconn *conn, const char *text, size_t len, long r
     PQclear(res);
     while ((res = PQgetResult(conn)) != NULL)
         PQclear(res);
-    return (double)rows / (bench_now() - t0);
+    return (double)rows / (crier_bench_mono() - t0);
 }
 
 static int bench_option(void *ud, int opt, const char *arg)
@@ -256,9 +234,9 @@ int crier_bench_fanout(int argc, char **argv)
     snprintf(conninfo, sizeof conninfo, "%s", db.conninfo);
     if (db.embedded) {
         conn = PQconnectdb(db.conninfo);
-        if (PQstatus(conn) != CONNECTION_OK || bench_exec(conn, "SET client_min_messages = warning") < 0 ||
-            bench_exec(conn, "DROP DATABASE IF EXISTS crier_bench WITH (FORCE)") < 0 ||
-            bench_exec(conn, "CREATE DATABASE crier_bench") < 0) {
+        if (PQstatus(conn) != CONNECTION_OK || crier_bench_exec(conn, "SET client_min_messages = warning") < 0 ||
+            crier_bench_exec(conn, "DROP DATABASE IF EXISTS crier_bench WITH (FORCE)") < 0 ||
+            crier_bench_exec(conn, "CREATE DATABASE crier_bench") < 0) {
             crier_cli_error("bench", "cannot create database crier_bench: %s", PQerrorMessage(conn));
             goto out;
         }
@@ -277,15 +255,15 @@ int crier_bench_fanout(int argc, char **argv)
     }
     /* Three identical tables (the engine's notifications table without its
      * foreign key), the third with its unique index on the readable key. */
-    if (bench_exec(conn, "SET client_min_messages = warning") < 0 ||
-        bench_exec(conn, "DROP SCHEMA IF EXISTS crier_bench CASCADE") < 0 ||
-        bench_exec(conn, "CREATE SCHEMA crier_bench") < 0 ||
-        bench_exec(conn, "CREATE TABLE crier_bench.n_crier (LIKE crier.notifications INCLUDING ALL)") < 0 ||
-        bench_exec(conn, "CREATE TABLE crier_bench.n_copy (LIKE crier.notifications INCLUDING ALL)") < 0 ||
-        bench_exec(conn, "CREATE TABLE crier_bench.n_text (LIKE crier.notifications INCLUDING DEFAULTS)") < 0 ||
-        bench_exec(conn, "ALTER TABLE crier_bench.n_text ADD PRIMARY KEY (id), ADD UNIQUE (key)") < 0 ||
-        bench_exec(conn, "CREATE INDEX ON crier_bench.n_text (event_id)") < 0 ||
-        bench_exec(conn, "CREATE INDEX ON crier_bench.n_text (tenant, recipient_id, id)") < 0)
+    if (crier_bench_exec(conn, "SET client_min_messages = warning") < 0 ||
+        crier_bench_exec(conn, "DROP SCHEMA IF EXISTS crier_bench CASCADE") < 0 ||
+        crier_bench_exec(conn, "CREATE SCHEMA crier_bench") < 0 ||
+        crier_bench_exec(conn, "CREATE TABLE crier_bench.n_crier (LIKE crier.notifications INCLUDING ALL)") < 0 ||
+        crier_bench_exec(conn, "CREATE TABLE crier_bench.n_copy (LIKE crier.notifications INCLUDING ALL)") < 0 ||
+        crier_bench_exec(conn, "CREATE TABLE crier_bench.n_text (LIKE crier.notifications INCLUDING DEFAULTS)") < 0 ||
+        crier_bench_exec(conn, "ALTER TABLE crier_bench.n_text ADD PRIMARY KEY (id), ADD UNIQUE (key)") < 0 ||
+        crier_bench_exec(conn, "CREATE INDEX ON crier_bench.n_text (event_id)") < 0 ||
+        crier_bench_exec(conn, "CREATE INDEX ON crier_bench.n_text (tenant, recipient_id, id)") < 0)
         goto out;
 
     long rows = (long)o.events * o.recipients;
@@ -301,8 +279,8 @@ int crier_bench_fanout(int argc, char **argv)
                 o.events, o.recipients, rows, o.batch, o.repeat);
     for (int i = 0; i < o.repeat; i++) {
         long inserted;
-        if (bench_exec(conn, "TRUNCATE crier_bench.n_crier, crier_bench.n_copy, crier_bench.n_text") < 0 ||
-            bench_exec(conn, "CHECKPOINT") < 0)
+        if (crier_bench_exec(conn, "TRUNCATE crier_bench.n_crier, crier_bench.n_copy, crier_bench.n_text") < 0 ||
+            crier_bench_exec(conn, "CHECKPOINT") < 0)
             goto out;
         /* Alternate the order so that neither side always runs on a warmer cache. */
         if (i % 2 == 0) {

@@ -1,0 +1,233 @@
+/* bench_util.c — what the benchmarks share (see bench_util.h). */
+#define _GNU_SOURCE
+#include "bench_util.h"
+
+#include "cli.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double crier_bench_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double crier_bench_real(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void crier_bench_sleep(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+double crier_bench_load(void)
+{
+    double load = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = NAN;
+        fclose(f);
+    }
+    return load;
+}
+
+int crier_bench_exec(PGconn *conn, const char *sql)
+{
+    PGresult *res = PQexec(conn, sql);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+    if (!ok)
+        crier_cli_error("bench", "%s: %s", sql, PQresultErrorMessage(res));
+    PQclear(res);
+    return ok ? 0 : -1;
+}
+
+int crier_bench_query_numbers(PGconn *conn, const char *sql, double *out, int n)
+{
+    PGresult *res = PQexec(conn, sql);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) < n) {
+        crier_cli_error("bench", "%s: %s", sql, PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = PQgetisnull(res, 0, i) ? NAN : strtod(PQgetvalue(res, 0, i), NULL);
+    PQclear(res);
+    return 0;
+}
+
+int crier_bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void crier_bench_stats(const double *v, int n, double *med, double *lo, double *hi)
+{
+    double *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    int k = 0;
+    if (!s)
+        abort();
+    for (int i = 0; i < n; i++)
+        if (!isnan(v[i]))
+            s[k++] = v[i];
+    qsort(s, (size_t)k, sizeof *s, crier_bench_cmp_double);
+    *med = k == 0 ? NAN : k % 2 ? s[k / 2] : (s[k / 2 - 1] + s[k / 2]) / 2;
+    *lo = k ? s[0] : NAN;
+    *hi = k ? s[k - 1] : NAN;
+    free(s);
+}
+
+double crier_bench_quantile(const double *v, size_t n, double p)
+{
+    size_t rank = (size_t)ceil(p * (double)n);
+    return n == 0 ? NAN : v[rank > 0 ? rank - 1 : 0];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Child processes */
+
+pid_t crier_bench_spawn(char *const argv[], const char *log_path)
+{
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    pid_t pid;
+
+    if (fd < 0) {
+        crier_cli_error("bench", "cannot create %s: %s", log_path, strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(127);
+        close_range(3, ~0U, 0);
+        execv(argv[0], argv);
+        dprintf(2, "crier bench: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    if (pid < 0)
+        crier_cli_error("bench", "fork: %s", strerror(errno));
+    return pid;
+}
+
+int crier_bench_wait(pid_t pid, double timeout_s)
+{
+    double until = crier_bench_mono() + timeout_s;
+    int status;
+
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (r < 0 && errno != EINTR)
+            return 255;
+        if (crier_bench_mono() >= until)
+            return -1;
+        crier_bench_sleep(0.005);
+    }
+}
+
+int crier_bench_stop_child(pid_t *pid, double grace_s)
+{
+    int rc;
+    if (*pid <= 0)
+        return 0;
+    kill(*pid, SIGTERM);
+    rc = crier_bench_wait(*pid, grace_s);
+    if (rc < 0) {
+        kill(*pid, SIGKILL);
+        rc = crier_bench_wait(*pid, 10);
+    }
+    *pid = 0;
+    return rc;
+}
+
+void crier_bench_print_tail(const char *path)
+{
+    char *text = crier_cli_read_file(path);
+    if (!text)
+        return;
+    size_t len = strlen(text);
+    const char *start = len > 2000 ? text + len - 2000 : text;
+    fprintf(stderr, "--- %s (tail) ---\n%s%s", path, start,
+            len && text[len - 1] != '\n' ? "\n" : "");
+    free(text);
+}
+
+int crier_bench_free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+bool crier_bench_port_open(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+int crier_bench_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    if (!ok)
+        crier_cli_error("bench", "cannot write %s: %s", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
+static int bench_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void crier_bench_rm_tree(const char *dir)
+{
+    nftw(dir, bench_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}

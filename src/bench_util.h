@@ -1,0 +1,58 @@
+/* bench_util.h — what the benchmarks (crier bench fanout|deliver|feed) share:
+ * clocks and the machine's load, one-shot SQL, medians and quantiles, child
+ * processes (nginx, crier serve) with their logs, free ports, files. Errors
+ * are printed as `crier bench: …`. */
+#ifndef CRIER_BENCH_UTIL_H
+#define CRIER_BENCH_UTIL_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Monotonic and wall-clock seconds. */
+double crier_bench_mono(void);
+double crier_bench_real(void);
+/* Sleeps s seconds (through signals). */
+void crier_bench_sleep(double s);
+/* The machine's 1-minute load average (NAN if unknown): how busy the shared
+ * machine was, to read the figures by. */
+double crier_bench_load(void);
+
+/* Runs one statement. Returns 0, or -1 (message printed). */
+int crier_bench_exec(PGconn *conn, const char *sql);
+/* Runs a query returning one row of numbers; stores up to n columns into out
+ * (NULL values as NAN). Returns 0 or -1 (message printed). */
+int crier_bench_query_numbers(PGconn *conn, const char *sql, double *out, int n);
+
+/* qsort comparator of doubles. */
+int crier_bench_cmp_double(const void *a, const void *b);
+/* Median, min and max of the non-NAN values of v (n values; v is not
+ * changed). All NAN when there is none. */
+void crier_bench_stats(const double *v, int n, double *med, double *lo, double *hi);
+/* The p-quantile (0 < p <= 1, nearest rank) of sorted values v[0..n). */
+double crier_bench_quantile(const double *v, size_t n, double p);
+
+/* Starts argv[0] with argv, stdin from /dev/null and stdout/stderr into
+ * log_path, no other descriptor inherited. Returns the pid, or -1 (message
+ * printed). */
+pid_t crier_bench_spawn(char *const argv[], const char *log_path);
+/* Waits up to timeout_s for child pid. Returns its exit status, 128 + the
+ * signal that killed it, or -1 if it is still running. */
+int crier_bench_wait(pid_t pid, double timeout_s);
+/* Stops child *pid (SIGTERM, then SIGKILL after grace_s) and reaps it; sets
+ * *pid to 0. Returns its exit status as crier_bench_wait does. */
+int crier_bench_stop_child(pid_t *pid, double grace_s);
+/* Prints the last lines of a log file to stderr (a failure's context). */
+void crier_bench_print_tail(const char *path);
+
+/* A TCP port on 127.0.0.1 that is free right now (0 on failure). */
+int crier_bench_free_port(void);
+/* True when something accepts connections on 127.0.0.1:port. */
+bool crier_bench_port_open(int port);
+/* Writes a file. Returns 0 or -1 (message printed). */
+int crier_bench_write_file(const char *path, const char *text);
+/* Removes a directory tree (best effort). */
+void crier_bench_rm_tree(const char *dir);
+
+#endif
