@@ -53,23 +53,11 @@ LUA
 }
 write_rules ""
 
-# start_api NAME [serve args…]: crier serve with the HTTP API on a free port;
-# sets API (the base URL) and SERVE_PID.
-start_api() {
-    local name=$1 port=""
+# start_api_hooks NAME [serve args…]: start_api with the receivers' URLs set.
+start_api_hooks() {
+    local name=$1
     shift
-    "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --http 127.0.0.1:0 --set "hook_url=$HOOK_URL" \
-        --set "dead_url=$DEAD_URL" "$@" >"$WORK/$name.log" 2>&1 &
-    SERVE_PID=$!
-    PIDS+=("$SERVE_PID")
-    for _ in $(seq 300); do
-        port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/$name.log" | grep -o '[0-9]*$' || true)
-        [ -n "$port" ] && break
-        kill -0 "$SERVE_PID" 2>/dev/null || fail "serve exited: $(cat "$WORK/$name.log")"
-        sleep 0.1
-    done
-    [ -n "$port" ] || fail "the HTTP API did not start: $(cat "$WORK/$name.log")"
-    API="http://127.0.0.1:$port"
+    start_api "$name" --set "hook_url=$HOOK_URL" --set "dead_url=$DEAD_URL" "$@"
 }
 
 # call METHOD PATH [curl args…]: prints the status; the body is in $WORK/body,
@@ -134,7 +122,7 @@ print(data.split(b" ")[1].decode() if data else "000")
 PY
 }
 
-start_api serve --cors-origin https://app.example --http-max-body 65536 --healthz-max-lag 5s
+start_api_hooks serve --cors-origin https://app.example --http-max-body 65536 --healthz-max-lag 5s
 KEY=$("$CRIER_BIN" keys create --tenant acme --name tests 2>"$WORK/keys.err")
 [[ $KEY == crk_* ]] || fail "crier keys create printed '$KEY'"
 grep -q "shown only now" "$WORK/keys.err" || fail "keys create says the key is shown once"

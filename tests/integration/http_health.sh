@@ -18,17 +18,7 @@ crier.rule "note.added" {
     feed = { title = "note {{ entity_id }}" },
 }
 LUA
-"$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --http 127.0.0.1:0 >"$WORK/serve.log" 2>&1 &
-SERVE_PID=$!
-PIDS+=("$SERVE_PID")
-for _ in $(seq 300); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/serve.log" | grep -o '[0-9]*$' || true)
-    [ -n "$port" ] && break
-    kill -0 "$SERVE_PID" 2>/dev/null || fail "serve exited: $(cat "$WORK/serve.log")"
-    sleep 0.1
-done
-[ -n "$port" ] || fail "the HTTP API did not start: $(cat "$WORK/serve.log")"
-API="http://127.0.0.1:$port"
+start_api serve
 KEY=$("$CRIER_BIN" keys create --tenant acme 2>/dev/null)
 DB=$(sql "SELECT current_database()")
 ADMIN_URL="${CRIER_DATABASE_URL% dbname=*} dbname=postgres"

@@ -30,19 +30,7 @@ crier.rule "invoice.created" {
 }
 LUA
 
-"$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --http 127.0.0.1:0 --set "hook_url=$HOOK_URL" \
-    >"$WORK/serve.log" 2>&1 &
-SERVE_PID=$!
-PIDS+=("$SERVE_PID")
-port=""
-for _ in $(seq 300); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/serve.log" | grep -o '[0-9]*$' || true)
-    [ -n "$port" ] && break
-    kill -0 "$SERVE_PID" 2>/dev/null || fail "serve exited: $(cat "$WORK/serve.log")"
-    sleep 0.1
-done
-[ -n "$port" ] || fail "the HTTP API did not start"
-API="http://127.0.0.1:$port"
+start_api serve --set "hook_url=$HOOK_URL"
 
 call() { # METHOD PATH [curl args…] → status; body in $WORK/body
     local method=$1 path=$2

@@ -27,18 +27,7 @@ crier.rule "release.published" {
 }
 LUA
 
-"$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --http 127.0.0.1:0 --stream-keepalive 0.5s \
-    >"$WORK/serve.log" 2>&1 &
-SERVE_PID=$!
-PIDS+=("$SERVE_PID")
-for _ in $(seq 300); do
-    port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/serve.log" | grep -o '[0-9]*$' || true)
-    [ -n "$port" ] && break
-    kill -0 "$SERVE_PID" 2>/dev/null || fail "serve exited: $(cat "$WORK/serve.log")"
-    sleep 0.1
-done
-[ -n "$port" ] || fail "the HTTP API did not start: $(cat "$WORK/serve.log")"
-API="http://127.0.0.1:$port"
+start_api serve --stream-keepalive 0.5s
 KEY=$("$CRIER_BIN" keys create --tenant acme --name tests 2>/dev/null)
 KEY_B=$("$CRIER_BIN" keys create --tenant globex --name tests 2>/dev/null)
 ANN=$("$CRIER_BIN" token --tenant acme --user ann 2>/dev/null)

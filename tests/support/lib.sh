@@ -140,3 +140,22 @@ delivery_of() {
 requests_at() {
     grep -c . "$1" || true
 }
+
+# start_api NAME [serve args…]: `crier serve --rules $WORK/rules --poll 0.2
+# --http 127.0.0.1:0 args…` logging to $WORK/NAME.log; waits for the HTTP API
+# and sets API (its base URL) and SERVE_PID.
+start_api() {
+    local name=$1 port=""
+    shift
+    "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --http 127.0.0.1:0 "$@" >"$WORK/$name.log" 2>&1 &
+    SERVE_PID=$!
+    PIDS+=("$SERVE_PID")
+    for _ in $(seq 300); do
+        port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$WORK/$name.log" | grep -o '[0-9]*$' || true)
+        [ -n "$port" ] && break
+        kill -0 "$SERVE_PID" 2>/dev/null || fail "serve exited: $(cat "$WORK/$name.log")"
+        sleep 0.1
+    done
+    [ -n "$port" ] || fail "the HTTP API did not start: $(cat "$WORK/$name.log")"
+    API="http://127.0.0.1:$port"
+}
