@@ -86,7 +86,14 @@ struct crier_delivery {
     crier_pg_params params;
     char num_text[6][32];
     crier_delivery_stats stats;
+    long kafka_fatal_after; /* test hook: CRIER_TEST_KAFKA_FATAL_AFTER (0: off) */
+    long kafka_delivered;
 };
+
+/* delivery_dispatch's answer for "not now, try again in a few seconds" (the
+ * Kafka producer is being replaced): the attempt is a retriable failure. */
+static const char delivery_retry_soon[] =
+    "the Kafka producer failed fatally and is being replaced; retried shortly";
 
 static const char SQL_CLAIM[] =
     "SELECT id, attempts, channel, message_id, target, body, secret, subject, html, sender,"
@@ -327,12 +334,15 @@ void crier_delivery_on_kafka_done(void *ud, const crier_kafka_result *res)
     crier_delivery *d = ud;
     flight *f = flight_find(d, res->delivery_id);
     if (f) {
-        if (res->fatal)
-            crier_error("delivery", "the Kafka producer failed fatally (%s): restart crier serve to get a new "
-                        "producer; deliveries are retried",
-                        res->error ? res->error : "unknown");
+        if (res->fatal && res->error)
+            crier_warn("delivery", "delivery %lld failed with the Kafka producer's fatal error (%s): retried on "
+                       "a new producer", (long long)f->id, res->error ? res->error : "unknown");
         delivery_finish(d, f, res->error == NULL, res->error && !res->retriable && !res->fatal, "none", 0,
                         res->error, NULL, -1, res->duration_ms);
+        /* test hook: a fatal error after N deliveries, to test the renewal */
+        if (!res->error && d->kafka_fatal_after > 0 && ++d->kafka_delivered == d->kafka_fatal_after &&
+            d->senders.kafka)
+            crier_kafka_test_fatal(d->senders.kafka);
     }
     delivery_pump(d);
 }
@@ -399,6 +409,15 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
         if (!d->senders.kafka)
             return "no Kafka cluster is configured: start crier serve with --kafka-brokers host:port, then "
                    "replay with crier dead replay --channel kafka";
+        if (crier_kafka_fatal_error(d->senders.kafka)) {
+            /* a fatal error is permanent for a producer: once the old one has
+             * reported every message it holds, make a new one */
+            if (crier_kafka_inflight(d->senders.kafka) > 0 || !d->senders.kafka_renew)
+                return delivery_retry_soon;
+            d->senders.kafka = d->senders.kafka_renew(d->senders.kafka_renew_ud);
+            if (crier_kafka_fatal_error(d->senders.kafka))
+                return delivery_retry_soon;
+        }
         crier_kafka_request req = {
             .delivery_id = token,
             .topic = target,
@@ -439,7 +458,9 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res)
             continue;
         }
         const char *refused = delivery_dispatch(d, res, i, flight_token(d, slot));
-        if (refused) {
+        if (refused == delivery_retry_soon) {
+            delivery_finish(d, f, false, false, "none", 0, refused, NULL, 2, 0);
+        } else if (refused) {
             crier_warn("delivery", "delivery %lld (%s): %s", (long long)f->id, PQgetvalue(res, i, 2), refused);
             delivery_finish(d, f, false, true, "none", 0, refused, NULL, -1, 0);
         }
@@ -631,6 +652,8 @@ crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, const cri
         d->opts.probe_seconds = 30;
     if (d->opts.disable_after_s <= 0)
         d->opts.disable_after_s = 5 * 86400.0;
+    const char *fatal_after = getenv("CRIER_TEST_KAFKA_FATAL_AFTER");
+    d->kafka_fatal_after = fatal_after ? atol(fatal_after) : 0;
     ev_timer_init(&d->retry, delivery_retry_cb, 1.0, 0.);
     d->retry.data = d;
     ev_timer_init(&d->extend, delivery_extend_cb, 20., 20.);

@@ -73,6 +73,13 @@ typedef struct {
     crier_webhook_sender *webhook;
     crier_email_sender *email;
     crier_kafka_sender *kafka;
+    /* Replaces the Kafka producer after a fatal error (a fatal error is
+     * permanent for a producer): called once the old one has no message in
+     * flight; returns the sender to use from then on — a new one, or the old
+     * one when no new one could be made (its deliveries keep being retried).
+     * NULL: the producer is never replaced. */
+    crier_kafka_sender *(*kafka_renew)(void *ud);
+    void *kafka_renew_ud;
 } crier_delivery_senders;
 
 /* Creates the worker on its own connection pg (not owned). Senders are set

@@ -114,6 +114,26 @@ static void engine_on_notify(void *ud, const char *channel, const char *payload)
         crier_delivery_kick(e->delivery);
 }
 
+/* Replaces the Kafka producer after a fatal error (the delivery worker calls
+ * it once the old one holds no message): a new producer with the same
+ * options; the old one stays if none can be made. */
+static crier_kafka_sender *engine_kafka_renew(void *ud)
+{
+    engine *e = ud;
+    const char *why = crier_kafka_fatal_error(e->kafka);
+    crier_kafka_sender *k =
+        crier_kafka_sender_new(e->loop, &e->cfg->kafka, crier_delivery_on_kafka_done, e->delivery);
+    if (!k) {
+        crier_error("engine", "cannot make a new Kafka producer after a fatal error (%s); retrying later",
+                    why ? why : "unknown");
+        return e->kafka;
+    }
+    crier_warn("engine", "replaced the Kafka producer after a fatal error (%s)", why ? why : "unknown");
+    crier_kafka_sender_free(e->kafka);
+    e->kafka = k;
+    return k;
+}
+
 static void engine_on_listen(void *ud, PGresult *res, const char *err)
 {
     engine *e = ud;
@@ -391,8 +411,11 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
             goto out;
         }
     }
-    crier_delivery_set_senders(e.delivery,
-                               &(crier_delivery_senders){.webhook = e.sender, .email = e.email, .kafka = e.kafka});
+    crier_delivery_set_senders(e.delivery, &(crier_delivery_senders){.webhook = e.sender,
+                                                                      .email = e.email,
+                                                                      .kafka = e.kafka,
+                                                                      .kafka_renew = engine_kafka_renew,
+                                                                      .kafka_renew_ud = &e});
 
     engine_listen(&e);
     ev_timer_init(&e.poll, engine_poll_cb, 0., cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);

@@ -66,7 +66,9 @@ typedef struct {
                                message (a timeout): a retry may duplicate it, which
                                the key lets consumers dedupe */
     int fatal;              /* 1 once the producer hit a fatal error (see
-                               crier_kafka_fatal_error): recreate the sender */
+                               crier_kafka_fatal_error): recreate the sender
+                               (the delivery worker does, through its
+                               senders' kafka_renew) */
     int32_t partition;      /* on success; -1 otherwise */
     int64_t offset;         /* on success, or -1 when the broker acknowledged
                                without naming one (a retried batch it already
