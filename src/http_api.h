@@ -126,6 +126,7 @@ typedef struct crier_http_request {
     crier_http_auth_kind auth;
     char tenant[CRIER_HTTP_ID_MAX + 1];
     char user[CRIER_HTTP_ID_MAX + 1];            /* user tokens only */
+    long long token_exp;                         /* user tokens only: expiry, unix seconds */
     long long key_id;                            /* API keys only */
     unsigned char secret[CRIER_HTTP_SECRET_MAX]; /* the tenant's secret: tokens, cursors */
     size_t secret_len;

@@ -226,6 +226,7 @@ static int auth_user_token(crier_http_request *r, const char *token)
         return crier_http_error(r, 401, "invalid_token", "the user token is not valid");
     }
     r->auth = CRIER_HTTP_AUTH_USER;
+    r->token_exp = exp;
     snprintf(r->tenant, sizeof r->tenant, "%s", PQgetvalue(res, 0, 0));
     snprintf(r->user, sizeof r->user, "%s", PQgetvalue(res, 0, 1));
     PQclear(res);

@@ -28,6 +28,7 @@ struct crier_http_stream {
     crier_http_streams *hub;
     struct MHD_Connection *conn;
     char *tenant, *user;
+    long long expires;     /* unix seconds; 0: never (API keys) */
     atomic_int refs;       /* the hub's list and the response each hold one */
     atomic_bool closed;    /* the response is gone (client left or stream ended) */
     /* under hub->lock */
@@ -187,12 +188,14 @@ void crier_http_stream_abandon(crier_http_stream *st)
  */
 
 crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const char *tenant,
-                                           const char *user, const char *since, bool resumed)
+                                           const char *user, const char *since, bool resumed,
+                                           long long expires)
 {
     crier_http_stream *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
     st->hub = hub;
+    st->expires = expires;
     st->tenant = strdup(tenant);
     st->user = strdup(user);
     st->since = strdup(since);
@@ -619,6 +622,30 @@ static void hub_reap(crier_http_streams *hub)
     pthread_mutex_unlock(&hub->lock);
 }
 
+/* Ends the streams whose user token expired (the client reconnects with a
+ * new one and its last id); returns the next expiry (unix seconds, 0: none). */
+static long long hub_expire(crier_http_streams *hub, stream_list *resume)
+{
+    static const char expired[] =
+        "event: expired\ndata: {\"error\":{\"code\":\"token_expired\",\"message\":\"the user token "
+        "that opened this stream has expired; reconnect with a new one (and the last event id)\"}}\n\n";
+    long long now = (long long)time(NULL), next = 0;
+    pthread_mutex_lock(&hub->lock);
+    for (crier_http_stream *st = hub->streams; st; st = st->next) {
+        if (!st->expires || st->ending)
+            continue;
+        if (st->expires <= now) {
+            if (stream_put(st, expired, sizeof expired - 1))
+                stream_list_add(resume, st);
+            stream_end_locked(st, resume);
+        } else if (!next || st->expires < next) {
+            next = st->expires;
+        }
+    }
+    pthread_mutex_unlock(&hub->lock);
+    return next;
+}
+
 static void hub_keepalive(crier_http_streams *hub, stream_list *resume)
 {
     pthread_mutex_lock(&hub->lock);
@@ -674,6 +701,10 @@ static void *hub_main(void *arg)
             stream_list_resume(&resume);
             next_keepalive = now + hub->keepalive;
         }
+        long long next_expiry = hub_expire(hub, &resume);
+        stream_list_resume(&resume);
+        if (next_expiry && stream_now() + (double)(next_expiry - (long long)time(NULL)) < until)
+            until = stream_now() + (double)(next_expiry - (long long)time(NULL));
         hub_reap(hub);
 
         int timeout = (int)((until - stream_now()) * 1000) + 1;

@@ -6,8 +6,8 @@
 # positions); counts follow mark-all-read; a client that reconnects with its
 # Last-Event-ID gets what it missed and nothing twice, or a resync when it
 # missed too much; bad ids, tokens and keys are refused; clients that leave
-# are let go; the hub survives losing its database connections; SIGTERM ends
-# every stream.
+# are let go; a stream ends when its user token expires; the hub survives
+# losing its database connections; SIGTERM ends every stream.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 mkdir -p "$WORK/rules"
@@ -192,6 +192,13 @@ refused 403 forbidden "ann's token for bob's stream" "$API/v1/feed/stream?user=b
 refused 400 invalid_field "an API key without ?user=" "$API/v1/feed/stream" "Authorization: Bearer $KEY"
 refused 401 unauthorized "access_token is for the stream only" "$API/v1/feed?access_token=$ANN"
 assert_eq "$opened" "$(metric crier_http_streams_opened_total)" "no stream opened by a refused request"
+
+# A stream opened with a user token ends when the token expires.
+SHORT=$("$CRIER_BIN" token --tenant acme --user ann --ttl 2s 2>/dev/null)
+stream short "$API/v1/feed/stream?access_token=$SHORT"
+wait_events short "len(ev) >= 1" "a short-lived token's stream opens"
+wait_events short "end and ev[-1]['event'] == 'expired'" "the stream ends with an expired event when the token expires" 10
+assert_eq token_expired "$(events short "ev[-1]['data']['error']['code']")" "the expired event's code"
 
 # 9. Clients that leave are let go (noticed at the next keepalive).
 kill "$PID_ann4" "$PID_gann"
