@@ -233,9 +233,8 @@ int crier_http_feed_stream(crier_http_request *r)
     res = crier_http_query(r, "SELECT coalesce($1::text, pg_current_snapshot()::text)", 1, values);
     if (!res)
         return -1;
-    r->stream = crier_http_streams_open(crier_http_api_streams(r->api), r->tenant, user,
-                                        PQgetvalue(res, 0, 0), last != NULL,
-                                        r->auth == CRIER_HTTP_AUTH_USER ? r->token_exp : 0);
+    r->stream = crier_http_streams_open(crier_http_api_streams(r->api), r, user,
+                                        PQgetvalue(res, 0, 0), last != NULL);
     PQclear(res);
     if (!r->stream)
         return crier_http_error(r, 503, "busy", "the server is shutting down; reconnect shortly");

@@ -29,6 +29,8 @@ struct crier_http_stream {
     struct MHD_Connection *conn;
     char *tenant, *user;
     long long expires;     /* unix seconds; 0: never (API keys) */
+    long long key_id;      /* the API key that opened it; 0: a user token */
+    char secret_hex[2 * CRIER_HTTP_SECRET_MAX + 1]; /* the tenant's secret then */
     atomic_int refs;       /* the hub's list and the response each hold one */
     atomic_bool closed;    /* the response is gone (client left or stream ended) */
     /* under hub->lock */
@@ -60,6 +62,8 @@ struct crier_http_streams {
     double reconnect_at, reconnect_delay;
     double retry_at; /* after an update failed with the connection fine: not before */
     crier_pg_array users; /* the audience lookup's parameter */
+    crier_pg_array cred[3]; /* the credentials check's parameters */
+    double next_cred_check;
 };
 
 static double stream_now(void)
@@ -187,15 +191,18 @@ void crier_http_stream_abandon(crier_http_stream *st)
  * Opening and closing
  */
 
-crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const char *tenant,
-                                           const char *user, const char *since, bool resumed,
-                                           long long expires)
+crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const crier_http_request *r,
+                                           const char *user, const char *since, bool resumed)
 {
+    const char *tenant = r->tenant;
     crier_http_stream *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
     st->hub = hub;
-    st->expires = expires;
+    st->expires = r->auth == CRIER_HTTP_AUTH_USER ? r->token_exp : 0;
+    st->key_id = r->auth == CRIER_HTTP_AUTH_KEY ? r->key_id : 0;
+    for (size_t i = 0; i < r->secret_len && i < CRIER_HTTP_SECRET_MAX; i++)
+        snprintf(st->secret_hex + 2 * i, 3, "%02x", r->secret[i]);
     st->tenant = strdup(tenant);
     st->user = strdup(user);
     st->since = strdup(since);
@@ -646,6 +653,68 @@ static long long hub_expire(crier_http_streams *hub, stream_list *resume)
     return next;
 }
 
+/* Ends the streams whose credential no longer holds: the API key was
+ * revoked, or the tenant's secret rotated (which voids every user token made
+ * with it). One query for every open stream. */
+static void hub_check_credentials(crier_http_streams *hub, stream_list *resume)
+{
+    static const char revoked[] =
+        "event: revoked\ndata: {\"error\":{\"code\":\"credential_revoked\",\"message\":\"the API key that "
+        "opened this stream was revoked, or the tenant's secret was rotated; reconnect with a valid "
+        "credential\"}}\n\n";
+    int lengths[3], formats[3] = {1, 1, 1};
+    const char *values[3];
+    stream_list open = {0};
+    PGresult *res;
+
+    crier_pg_array_begin(&hub->cred[0], CRIER_PG_INT8);
+    crier_pg_array_begin(&hub->cred[1], CRIER_PG_TEXT);
+    crier_pg_array_begin(&hub->cred[2], CRIER_PG_TEXT);
+    pthread_mutex_lock(&hub->lock);
+    for (crier_http_stream *st = hub->streams; st; st = st->next) {
+        crier_pg_array_add_int64(&hub->cred[0], st->key_id);
+        crier_pg_array_add_str(&hub->cred[1], st->tenant);
+        crier_pg_array_add_str(&hub->cred[2], st->secret_hex);
+        stream_list_add(&open, st);
+    }
+    pthread_mutex_unlock(&hub->lock);
+    if (open.n == 0) {
+        free(open.v);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        values[i] = crier_pg_array_end(&hub->cred[i]);
+        lengths[i] = (int)hub->cred[i].len;
+    }
+    /* the positions (1-based, in list order) of the streams to end */
+    res = PQexecParams(hub->query,
+                       "SELECT s.i FROM unnest($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY"
+                       "   AS s(key_id, tenant, secret, i)"
+                       " WHERE CASE WHEN s.key_id > 0 THEN NOT EXISTS (SELECT 1 FROM crier.api_keys k"
+                       "            WHERE k.id = s.key_id AND k.revoked_at IS NULL)"
+                       "       ELSE NOT EXISTS (SELECT 1 FROM crier.api_tenants t"
+                       "            WHERE t.tenant = s.tenant AND encode(t.secret, 'hex') = s.secret) END",
+                       3, NULL, values, lengths, formats, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        crier_warn("http", "live feeds: the credentials check failed: %s", PQresultErrorMessage(res));
+    pthread_mutex_lock(&hub->lock);
+    for (int row = 0; PQresultStatus(res) == PGRES_TUPLES_OK && row < PQntuples(res); row++) {
+        long i = atol(PQgetvalue(res, row, 0)) - 1;
+        if (i < 0 || (size_t)i >= open.n || open.v[i]->ending)
+            continue;
+        crier_http_stream *st = open.v[i];
+        crier_info("http", "live feed of %s/%s ended: its credential was revoked", st->tenant, st->user);
+        if (stream_put(st, revoked, sizeof revoked - 1))
+            stream_list_add(resume, st);
+        stream_end_locked(st, resume);
+    }
+    pthread_mutex_unlock(&hub->lock);
+    PQclear(res);
+    for (size_t i = 0; i < open.n; i++)
+        stream_unref(open.v[i]);
+    free(open.v);
+}
+
 static void hub_keepalive(crier_http_streams *hub, stream_list *resume)
 {
     pthread_mutex_lock(&hub->lock);
@@ -700,6 +769,11 @@ static void *hub_main(void *arg)
             hub_keepalive(hub, &resume);
             stream_list_resume(&resume);
             next_keepalive = now + hub->keepalive;
+        }
+        if (now >= hub->next_cred_check && hub->query) {
+            hub_check_credentials(hub, &resume);
+            stream_list_resume(&resume);
+            hub->next_cred_check = now + hub->keepalive;
         }
         long long next_expiry = hub_expire(hub, &resume);
         stream_list_resume(&resume);
@@ -789,6 +863,8 @@ void crier_http_streams_stop(crier_http_streams *hub)
         if (hub->wake[i] >= 0)
             close(hub->wake[i]);
     crier_pg_array_free(&hub->users);
+    for (int i = 0; i < 3; i++)
+        crier_pg_array_free(&hub->cred[i]);
     pthread_mutex_destroy(&hub->lock);
     free(hub->conninfo);
     free(hub);

@@ -38,15 +38,15 @@ typedef struct crier_http_stream crier_http_stream;
 crier_http_streams *crier_http_streams_start(const char *conninfo, double keepalive, char *err,
                                              size_t err_len);
 
-/* Opens a stream of (tenant, user)'s feed from the snapshot since (text, as
- * pg_snapshot prints it): what committed after it is sent first. resumed
- * tells whether since came from the client (Last-Event-ID). expires (unix
- * seconds, 0: never) is when the credential that opened it expires: the
- * stream then sends an `expired` event and ends. NULL when the hub is
- * shutting down. */
-crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const char *tenant,
-                                           const char *user, const char *since, bool resumed,
-                                           long long expires);
+/* Opens a stream of user's feed, in the tenant of the authenticated request
+ * r, from the snapshot since (text, as pg_snapshot prints it): what committed
+ * after it is sent first. resumed tells whether since came from the client
+ * (Last-Event-ID). The stream keeps r's credential: when a user token
+ * expires it sends an `expired` event and ends; when the API key is revoked
+ * or the tenant's secret rotated (checked every keepalive interval) a
+ * `revoked` event, and ends. NULL when the hub is shutting down. */
+crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const crier_http_request *r,
+                                           const char *user, const char *since, bool resumed);
 
 /* The response that plays the stream on conn (chunked, no length). The
  * response owns the stream from here on. NULL when out of memory (the stream

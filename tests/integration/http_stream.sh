@@ -6,7 +6,8 @@
 # positions); counts follow mark-all-read; a client that reconnects with its
 # Last-Event-ID gets what it missed and nothing twice, or a resync when it
 # missed too much; bad ids, tokens and keys are refused; clients that leave
-# are let go; a stream ends when its user token expires; the hub survives
+# are let go; a stream ends when its user token expires, its API key is
+# revoked or its tenant's secret rotates (tokens); the hub survives
 # losing its database connections; SIGTERM ends every stream.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
@@ -199,6 +200,23 @@ stream short "$API/v1/feed/stream?access_token=$SHORT"
 wait_events short "len(ev) >= 1" "a short-lived token's stream opens"
 wait_events short "end and ev[-1]['event'] == 'expired'" "the stream ends with an expired event when the token expires" 10
 assert_eq token_expired "$(events short "ev[-1]['data']['error']['code']")" "the expired event's code"
+
+# Revoking the API key that opened a stream ends it; so does rotating the
+# tenant's secret for a stream opened with a user token (API-key streams of
+# that tenant stay: keys survive a rotation).
+KEY_SHORT=$("$CRIER_BIN" keys create --tenant acme --name short-lived 2>/dev/null)
+stream revk "$API/v1/feed/stream?user=cy" "Authorization: Bearer $KEY_SHORT"
+GTOKEN=$("$CRIER_BIN" token --tenant globex --user ann 2>/dev/null)
+stream rot "$API/v1/feed/stream" "Authorization: Bearer $GTOKEN"
+wait_events revk "len(ev) >= 1" "the stream of a key about to be revoked opens"
+wait_events rot "len(ev) >= 1" "the stream of a token about to be voided opens"
+key_id=$(sql "SELECT id FROM crier.api_keys WHERE name = 'short-lived'")
+"$CRIER_BIN" keys revoke "$key_id" >/dev/null 2>&1 || fail "crier keys revoke"
+wait_events revk "end and ev[-1]['event'] == 'revoked'" "the revoked key's stream ends with a revoked event" 10
+"$CRIER_BIN" keys rotate-secret --tenant globex >/dev/null 2>&1 || fail "crier keys rotate-secret"
+wait_events rot "end and ev[-1]['event'] == 'revoked'" "a token stream ends when its tenant's secret rotates" 10
+sleep 1
+assert_eq false "$(events gann "end")" "globex's API-key stream stays open across the rotation"
 
 # 9. Clients that leave are let go (noticed at the next keepalive).
 kill "$PID_ann4" "$PID_gann"
