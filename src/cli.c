@@ -92,6 +92,8 @@ static int cli_option(crier_cli *cli, int opt, const char *arg)
     case CLI_OPT_HELP:
         cli->help = true;
         return 1;
+    case CLI_OPT_CONFIG: /* read before the flags (crier_cli_parse) */
+        return 1;
     default:
         return 0;
     }
@@ -102,6 +104,8 @@ void crier_cli_free(crier_cli *cli)
     for (size_t i = 0; i < cli->n_settings; i++)
         free(cli->setting_storage[i]);
     cli->n_settings = 0;
+    crier_cli_config_free(cli->config_argv);
+    cli->config_argv = NULL;
 }
 
 crier_rules *crier_cli_load_rules(const crier_cli *cli)
@@ -114,12 +118,13 @@ crier_rules *crier_cli_load_rules(const crier_cli *cli)
     return rules;
 }
 
-int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, const struct option *options,
-                    crier_cli_opt_fn on_opt, void *ud, int *rc)
+/* One getopt_long pass over argv. Returns 0, or 1 with *rc set. */
+static int cli_parse_pass(crier_cli *cli, const char *help, int argc, char **argv,
+                          const struct option *options, crier_cli_opt_fn on_opt, void *ud, int *rc)
 {
     int opt;
 
-    optind = 1;
+    optind = 0; /* a fresh scan (glibc re-initialises on 0) */
     while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
         int r = cli_option(cli, opt, optarg);
         if (r == 0 && on_opt && opt != '?' && opt != ':')
@@ -131,6 +136,72 @@ int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, con
             return 1;
         }
     }
+    return 0;
+}
+
+/* The config file named by --config FILE / --config=FILE, else CRIER_CONFIG. */
+static const char *cli_config_path(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            return argv[i + 1];
+        if (!strncmp(argv[i], "--config=", 9))
+            return argv[i] + 9;
+    }
+    const char *env = getenv("CRIER_CONFIG");
+    return env && *env ? env : NULL;
+}
+
+/* The command's name for messages, from its usage line ("usage: crier bench
+ * feed [--x]" gives "bench feed"; "crier dead list|replay" gives "dead"). */
+static void cli_command_name(const char *help, char *out, size_t len)
+{
+    const char *p = strstr(help, "crier ");
+    size_t n = 0;
+    out[0] = '\0';
+    if (!p)
+        return;
+    p += 6;
+    for (int word = 0; word < 2 && *p >= 'a' && *p <= 'z'; word++) {
+        size_t w = strspn(p, "abcdefghijklmnopqrstuvwxyz-");
+        if (word > 0 && p[w] != ' ' && p[w] != '\n' && p[w] != '\0')
+            break; /* "list|replay": alternatives, not a subcommand */
+        if (n + w + 2 > len)
+            break;
+        if (n)
+            out[n++] = ' ';
+        memcpy(out + n, p, w);
+        n += w;
+        out[n] = '\0';
+        p += w;
+        if (*p != ' ')
+            break;
+        p++;
+    }
+}
+
+int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, const struct option *options,
+                    crier_cli_opt_fn on_opt, void *ud, int *rc)
+{
+    const char *config = cli_config_path(argc, argv);
+    if (config) {
+        int config_argc;
+        char cmd[64];
+        cli_command_name(help, cmd, sizeof cmd);
+        crier_cli_config_free(cli->config_argv);
+        cli->config_argv = NULL;
+        if (crier_cli_config_read(cmd[0] ? cmd : argv[0], config, options, &cli->config_argv,
+                                  &config_argc) < 0) {
+            *rc = 2;
+            return 1;
+        }
+        if (cli_parse_pass(cli, help, config_argc, cli->config_argv, options, on_opt, ud, rc)) {
+            crier_cli_error(cmd[0] ? cmd : argv[0], "(that value came from the config file %s)", config);
+            return 1;
+        }
+    }
+    if (cli_parse_pass(cli, help, argc, argv, options, on_opt, ud, rc))
+        return 1;
     if (cli->help) {
         fputs(help, stdout);
         *rc = 0;

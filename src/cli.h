@@ -17,6 +17,7 @@ enum {
     CLI_OPT_DATA_DIR,
     CLI_OPT_RULES,
     CLI_OPT_LUA_DIR,
+    CLI_OPT_CONFIG,
     CLI_OPT_SET,
     CLI_OPT_HELP,
 };
@@ -28,7 +29,8 @@ enum {
         {"data-dir", required_argument, NULL, CLI_OPT_DATA_DIR},                                  \
         {"rules", required_argument, NULL, CLI_OPT_RULES},                                        \
         {"lua-dir", required_argument, NULL, CLI_OPT_LUA_DIR},                                    \
-        {"set", required_argument, NULL, CLI_OPT_SET}, {"help", no_argument, NULL, CLI_OPT_HELP}
+        {"set", required_argument, NULL, CLI_OPT_SET},                                            \
+        {"config", required_argument, NULL, CLI_OPT_CONFIG}, {"help", no_argument, NULL, CLI_OPT_HELP}
 
 #define CLI_COMMON_HELP                                                                            \
     "  --database URL     libpq connection string (default: $CRIER_DATABASE_URL, else the\n"      \
@@ -37,6 +39,8 @@ enum {
     "  --rules DIR        rules directory (default: $CRIER_RULES or the bundled examples/rules)\n" \
     "  --lua-dir DIR      the crier Lua library (default: $CRIER_LUA_DIR or the bundled lua/)\n"   \
     "  --set NAME=VALUE   a setting for the rules (crier.setting); also CRIER_SET_NAME=VALUE\n"    \
+    "  --config FILE      a Lua file returning a table of these options (batch_size = 500,\n"    \
+    "                     set = { url = \"…\" }); flags given here win (also CRIER_CONFIG)\n"   \
     "  --help             this text\n"
 
 typedef struct {
@@ -48,6 +52,7 @@ typedef struct {
     char *setting_storage[CRIER_MAX_SETTINGS];
     size_t n_settings;
     bool help;
+    char **config_argv; /* the config file's options, as arguments (owned) */
 } crier_cli;
 
 /* Fills defaults from the environment (CRIER_RULES, CRIER_LUA_DIR,
@@ -56,6 +61,14 @@ void crier_cli_init(crier_cli *cli);
 
 /* Adds or replaces a setting "NAME=VALUE". Returns 0 or -1 (message printed). */
 int crier_cli_set(crier_cli *cli, const char *name_value);
+
+/* Reads the Lua config file at path for command cmd: its keys must be long
+ * options of options (underscores for dashes). On success *argv (owned:
+ * crier_cli_config_free) holds cmd and the options as arguments, *argc their
+ * count. Returns 0, or -1 with a message printed. */
+int crier_cli_config_read(const char *cmd, const char *path, const struct option *options, char ***argv,
+                          int *argc);
+void crier_cli_config_free(char **argv);
 
 /* A command's handler for its own options: returns 0, or -1 after printing
  * what was wrong with the value. */
