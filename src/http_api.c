@@ -669,7 +669,7 @@ int crier_http_path_id(crier_http_request *r, const char *segment, const char *w
 
 int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sql)
 {
-    long long id;
+    long long id = 0;
     char id_text[24], field[64];
     const char *values[2];
     PGresult *res;
