@@ -835,50 +835,11 @@ static int bench_write_rules(bench_ctx *b)
  * one, if it holds no other tenant's events), migrates and connects. */
 static int bench_open_database(bench_ctx *b, crier_database *db)
 {
-    char err[4096];
-    double other[1];
-
-    if (crier_database_open(b->cli.database, b->cli.data_dir, false, db, err, sizeof err) < 0) {
-        crier_cli_error("bench", "%s", err);
+    bool fresh;
+    if (crier_bench_open_database(b->cli.database, b->cli.data_dir, db, "crier_bench_deliver", false,
+                                  false, BENCH_TENANT, b->conninfo, sizeof b->conninfo, &b->conn,
+                                  &fresh) < 0)
         return -1;
-    }
-    snprintf(b->conninfo, sizeof b->conninfo, "%s", db->conninfo);
-    if (db->embedded) {
-        PGconn *conn = PQconnectdb(db->conninfo);
-        if (PQstatus(conn) != CONNECTION_OK ||
-            crier_bench_exec(conn, "SET client_min_messages = warning") < 0 ||
-            crier_bench_exec(conn, "DROP DATABASE IF EXISTS crier_bench_deliver WITH (FORCE)") < 0 ||
-            crier_bench_exec(conn, "CREATE DATABASE crier_bench_deliver") < 0) {
-            crier_cli_error("bench", "cannot create database crier_bench_deliver: %s",
-                            PQerrorMessage(conn));
-            PQfinish(conn);
-            return -1;
-        }
-        PQfinish(conn);
-        snprintf(b->conninfo, sizeof b->conninfo, "%s dbname=crier_bench_deliver", db->conninfo);
-    }
-    if (crier_migrate_run(b->conninfo, NULL, err, sizeof err) < 0) {
-        crier_cli_error("bench", "%s", err);
-        return -1;
-    }
-    b->conn = PQconnectdb(b->conninfo);
-    if (PQstatus(b->conn) != CONNECTION_OK) {
-        crier_cli_error("bench", "cannot connect: %s", PQerrorMessage(b->conn));
-        return -1;
-    }
-    if (crier_bench_exec(b->conn, "SET client_min_messages = warning") < 0 ||
-        crier_bench_query_numbers(b->conn,
-                            "SELECT count(*) FROM crier.events WHERE tenant <> '" BENCH_TENANT "'",
-                            other, 1) < 0)
-        return -1;
-    if (other[0] > 0) {
-        crier_cli_error(
-            "bench",
-            "the database holds %.0f events of other tenants; the bench empties crier's "
-            "tables, so point --database at a throwaway database",
-            other[0]);
-        return -1;
-    }
     return crier_bench_exec(b->conn, "CREATE SCHEMA IF NOT EXISTS crier_bench_deliver");
 }
 

@@ -530,62 +530,9 @@ static int feed_restore_states(PGconn *conn)
  * be there. */
 static int feed_open_database(feed_ctx *b, crier_database *db, bool *fresh)
 {
-    char err[4096];
-    double v[1];
-
-    *fresh = false;
-    if (crier_database_open(b->cli.database, b->cli.data_dir, false, db, err, sizeof err) < 0) {
-        crier_cli_error("bench", "%s", err);
-        return -1;
-    }
-    snprintf(b->conninfo, sizeof b->conninfo, "%s", db->conninfo);
-    if (db->embedded) {
-        PGconn *conn = PQconnectdb(db->conninfo);
-        int ok = PQstatus(conn) == CONNECTION_OK &&
-                 crier_bench_exec(conn, "SET client_min_messages = warning") == 0 &&
-                 crier_bench_query_numbers(conn,
-                                           "SELECT count(*) FROM pg_database"
-                                           " WHERE datname = 'crier_bench_feed'",
-                                           v, 1) == 0;
-        if (ok && v[0] == 1 && b->o.rebuild)
-            ok = crier_bench_exec(conn, "DROP DATABASE crier_bench_feed WITH (FORCE)") == 0;
-        if (ok && (v[0] == 0 || b->o.rebuild)) {
-            ok = crier_bench_exec(conn, "CREATE DATABASE crier_bench_feed") == 0;
-            *fresh = true;
-        }
-        if (!ok)
-            crier_cli_error("bench", "cannot create database crier_bench_feed: %s",
-                            PQerrorMessage(conn));
-        PQfinish(conn);
-        if (!ok)
-            return -1;
-        snprintf(b->conninfo, sizeof b->conninfo, "%s dbname=crier_bench_feed", db->conninfo);
-    }
-    if (crier_migrate_run(b->conninfo, NULL, err, sizeof err) < 0) {
-        crier_cli_error("bench", "%s%s", err,
-                        db->embedded && !*fresh
-                            ? " (crier bench feed --rebuild starts again from a fresh database)"
-                            : "");
-        return -1;
-    }
-    b->conn = PQconnectdb(b->conninfo);
-    if (PQstatus(b->conn) != CONNECTION_OK) {
-        crier_cli_error("bench", "cannot connect: %s", PQerrorMessage(b->conn));
-        return -1;
-    }
-    if (crier_bench_exec(b->conn, "SET client_min_messages = warning") < 0 ||
-        crier_bench_query_numbers(
-            b->conn, "SELECT count(*) FROM crier.events WHERE tenant <> '" FEED_TENANT "'", v, 1) <
-            0)
-        return -1;
-    if (v[0] > 0) {
-        crier_cli_error("bench",
-                        "the database holds %.0f events of other tenants; the bench empties "
-                        "crier's tables, so point --database at a throwaway database",
-                        v[0]);
-        return -1;
-    }
-    return 0;
+    return crier_bench_open_database(b->cli.database, b->cli.data_dir, db, "crier_bench_feed", true,
+                                     b->o.rebuild, FEED_TENANT, b->conninfo, sizeof b->conninfo,
+                                     &b->conn, fresh);
 }
 
 /* A new API key for the bench's tenant (earlier bench keys are deleted):

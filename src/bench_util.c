@@ -3,6 +3,7 @@
 #include "bench_util.h"
 
 #include "cli.h"
+#include "migrate.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -51,6 +52,74 @@ double crier_bench_load(void)
         fclose(f);
     }
     return load;
+}
+
+int crier_bench_open_database(const char *database, const char *data_dir, crier_database *db,
+                              const char *dbname, bool reuse, bool rebuild, const char *tenant,
+                              char *conninfo, size_t len, PGconn **conn, bool *fresh)
+{
+    char err[4096], sql[512];
+    double v[1];
+
+    *fresh = false;
+    if (crier_database_open(database, data_dir, false, db, err, sizeof err) < 0) {
+        crier_cli_error("bench", "%s", err);
+        return -1;
+    }
+    snprintf(conninfo, len, "%s", db->conninfo);
+    if (db->embedded) {
+        PGconn *admin = PQconnectdb(db->conninfo);
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_database WHERE datname = '%s'", dbname);
+        int ok = PQstatus(admin) == CONNECTION_OK &&
+                 crier_bench_exec(admin, "SET client_min_messages = warning") == 0 &&
+                 crier_bench_query_numbers(admin, sql, v, 1) == 0;
+        if (ok && v[0] == 1 && (!reuse || rebuild)) {
+            snprintf(sql, sizeof sql, "DROP DATABASE %s WITH (FORCE)", dbname);
+            ok = crier_bench_exec(admin, sql) == 0;
+            v[0] = 0;
+        }
+        if (ok && v[0] == 0) {
+            snprintf(sql, sizeof sql, "CREATE DATABASE %s", dbname);
+            ok = crier_bench_exec(admin, sql) == 0;
+            *fresh = true;
+        }
+        if (!ok)
+            crier_cli_error("bench", "cannot create database %s: %s", dbname, PQerrorMessage(admin));
+        PQfinish(admin);
+        if (!ok)
+            return -1;
+        snprintf(conninfo, len, "%s dbname=%s", db->conninfo, dbname);
+    }
+    if (crier_migrate_run(conninfo, NULL, err, sizeof err) < 0) {
+        crier_cli_error("bench", "%s%s", err,
+                        db->embedded && reuse && !*fresh
+                            ? " (--rebuild starts again from a fresh database)"
+                            : "");
+        return -1;
+    }
+    *conn = PQconnectdb(conninfo);
+    if (PQstatus(*conn) != CONNECTION_OK) {
+        crier_cli_error("bench", "cannot connect: %s", PQerrorMessage(*conn));
+        return -1;
+    }
+    const char *values[1] = {tenant};
+    PGresult *res = PQexecParams(*conn, "SELECT count(*) FROM crier.events WHERE tenant <> $1", 1, NULL,
+                                 values, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        crier_cli_error("bench", "%s", PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    long other = atol(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (other > 0) {
+        crier_cli_error("bench",
+                        "the database holds %ld events of other tenants; the bench empties crier's "
+                        "tables, so point --database at a throwaway database",
+                        other);
+        return -1;
+    }
+    return crier_bench_exec(*conn, "SET client_min_messages = warning");
 }
 
 int crier_bench_exec(PGconn *conn, const char *sql)

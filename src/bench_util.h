@@ -5,6 +5,8 @@
 #ifndef CRIER_BENCH_UTIL_H
 #define CRIER_BENCH_UTIL_H
 
+#include "database.h"
+
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,6 +20,16 @@ void crier_bench_sleep(double s);
 /* The machine's 1-minute load average (NAN if unknown): how busy the shared
  * machine was, to read the figures by. */
 double crier_bench_load(void);
+
+/* Opens the bench's database and migrates it: on the embedded cluster (no
+ * --database given) its own database dbname, made afresh unless reuse (then
+ * only when missing, or when rebuild); with --database that database, which
+ * must hold no event of a tenant other than tenant (the bench empties crier's
+ * tables). Fills conninfo (len bytes), connects *conn, sets *fresh when the
+ * database was just created. Returns 0, or -1 (message printed). */
+int crier_bench_open_database(const char *database, const char *data_dir, crier_database *db,
+                              const char *dbname, bool reuse, bool rebuild, const char *tenant,
+                              char *conninfo, size_t len, PGconn **conn, bool *fresh);
 
 /* Runs one statement. Returns 0, or -1 (message printed). */
 int crier_bench_exec(PGconn *conn, const char *sql);
