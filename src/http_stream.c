@@ -63,6 +63,7 @@ struct crier_http_streams {
     double retry_at; /* after an update failed with the connection fine: not before */
     crier_pg_array users; /* the audience lookup's parameter */
     crier_pg_array cred[3]; /* the credentials check's parameters */
+    crier_pg_array batch[3]; /* the updates' parameters */
     double next_cred_check;
 };
 
@@ -486,86 +487,52 @@ static bool hub_read_notices(crier_http_streams *hub)
  * The hub thread: updating a stream
  */
 
-static PGresult *hub_query(crier_http_streams *hub, const char *sql, int n, const char *const *v)
-{
-    PGresult *res = PQexecParams(hub->query, sql, n, NULL, v, NULL, NULL, 0);
-    if (PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK)
-        return res;
-    crier_warn("http", "live feeds: %s", PQresultErrorMessage(res));
-    PQclear(res);
-    return NULL;
-}
+/* The updates of a batch of streams, in one statement (one snapshot, one
+ * round trip): for each (tenant, user, since) of $1..$3, the counts, how many
+ * items became visible since its snapshot (candidates, at most $4), and
+ * those items (at most $6, oldest first, one JSON text per line: the JSON of
+ * a row holds no raw newline) unless there are more than $5 candidates; and
+ * the snapshot the statement read at. A NULL since (a resync) finds no
+ * candidates. */
+static const char SQL_UPDATE[] =
+    "SELECT s.i, pg_current_snapshot()::text, cn.counts, ids.n, it.n_items, it.items"
+    " FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS s(tenant, usr, since, i)"
+    " CROSS JOIN LATERAL (SELECT array_agg(c.id) AS ids, count(*) AS n"
+    "   FROM crier.feed_change_ids(s.tenant, s.usr, s.since::pg_snapshot, $4::int) AS c(id)) ids"
+    " CROSS JOIN LATERAL (SELECT count(*) AS n_items, string_agg(x.j, E'\\n' ORDER BY x.id) AS items"
+    "   FROM (SELECT " CRIER_HTTP_FEED_ITEM_JSON "::text AS j, f.id"
+    "         FROM unnest(ids.ids) AS c(id)"
+    "         CROSS JOIN LATERAL crier.feed(s.tenant, s.usr, c.id + 1, 1) f"
+    "         WHERE f.id = c.id AND ids.n <= $5::int ORDER BY f.id DESC LIMIT $6::int) x) it"
+    " CROSS JOIN LATERAL (SELECT json_build_object('unread', c.unread, 'unseen', c.unseen)::text"
+    "   AS counts FROM crier.feed_counts(s.tenant, s.usr) c) cn"
+    " ORDER BY s.i";
 
-/* Reads, in one repeatable-read transaction, what st's person got since its
- * snapshot, and queues it: the new items oldest first (or a resync when there
- * are too many), then the counts with the new snapshot as the id. Returns
- * false on a database error (st stays dirty). */
-static bool hub_update(crier_http_streams *hub, crier_http_stream *st, stream_list *resume)
+#define STREAM_UPDATE_BATCH 100 /* streams per statement */
+
+/* Queues one stream's update from its row: the new items oldest first (or a
+ * resync when there are too many), then the counts with the new snapshot as
+ * the id. Under hub->lock. */
+static void hub_apply(crier_http_streams *hub, crier_http_stream *st, PGresult *res, int row,
+                      bool resync, stream_list *resume)
 {
-    char since[CRIER_STREAM_SNAPSHOT_MAX + 1], limit[16];
-    PGresult *snap = NULL, *ids = NULL, *items = NULL;
     crier_http_buf ev = {0};
-    bool resync, ok = false;
-    int n_items = 0;
-
-    pthread_mutex_lock(&hub->lock);
-    snprintf(since, sizeof since, "%s", st->since);
-    resync = st->resync;
-    st->dirty = st->resync = false;
-    pthread_mutex_unlock(&hub->lock);
-
-    if (!hub_exec_ok(hub->query, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"))
-        goto out;
-    const char *v_snap[2] = {st->tenant, st->user};
-    snap = hub_query(hub,
-                     "SELECT pg_current_snapshot()::text,"
-                     " json_build_object('unread', c.unread, 'unseen', c.unseen)::text"
-                     " FROM crier.feed_counts($1, $2) c",
-                     2, v_snap);
-    if (!snap)
-        goto out;
-    /* candidates: one more than the most a client gets item by item */
-    snprintf(limit, sizeof limit, "%d", CRIER_STREAM_MAX_ITEMS * 10 + 1);
-    const char *v_ids[4] = {st->tenant, st->user, since, limit};
-    ids = resync ? NULL
-                 : hub_query(hub,
-                             "SELECT array_agg(c), count(*) FROM"
-                             " crier.feed_change_ids($1, $2, $3::pg_snapshot, $4::int) c",
-                             4, v_ids);
-    if (!resync && !ids)
-        goto out;
-    if (ids && atol(PQgetvalue(ids, 0, 1)) > CRIER_STREAM_MAX_ITEMS * 10) {
+    long n_items = atol(PQgetvalue(res, row, 4));
+    if (atol(PQgetvalue(res, row, 3)) > CRIER_STREAM_MAX_ITEMS * 10 || n_items > CRIER_STREAM_MAX_ITEMS)
         resync = true;
-    } else if (ids && atol(PQgetvalue(ids, 0, 1)) > 0) {
-        snprintf(limit, sizeof limit, "%d", CRIER_STREAM_MAX_ITEMS + 1);
-        const char *v_items[4] = {st->tenant, st->user, PQgetvalue(ids, 0, 0), limit};
-        items = hub_query(hub,
-                          "SELECT * FROM (SELECT " CRIER_HTTP_FEED_ITEM_JSON ", f.id"
-                          " FROM unnest($3::bigint[]) c(id)"
-                          " CROSS JOIN LATERAL crier.feed($1, $2, c.id + 1, 1) f WHERE f.id = c.id"
-                          " ORDER BY f.id DESC LIMIT $4::int) x ORDER BY x.id",
-                          4, v_items);
-        if (!items)
-            goto out;
-        n_items = PQntuples(items);
-        if (n_items > CRIER_STREAM_MAX_ITEMS)
-            resync = true;
-    }
-    if (!hub_exec_ok(hub->query, "COMMIT"))
-        goto out;
-    ok = true;
-
     if (resync) {
         stream_event(&ev, "resync", NULL, "{\"reload\":true}", 15);
-    } else {
-        for (int i = 0; i < n_items; i++)
-            stream_event(&ev, "item", NULL, PQgetvalue(items, i, 0),
-                         (size_t)PQgetlength(items, i, 0));
+    } else if (n_items > 0) {
+        const char *line = PQgetvalue(res, row, 5);
+        while (*line) {
+            const char *end = strchr(line, '\n');
+            size_t len = end ? (size_t)(end - line) : strlen(line);
+            stream_event(&ev, "item", NULL, line, len);
+            line += len + (end ? 1 : 0);
+        }
     }
-    const char *new_since = PQgetvalue(snap, 0, 0), *counts = PQgetvalue(snap, 0, 1);
-    pthread_mutex_lock(&hub->lock);
-    bool counts_changed = !st->last_counts || strcmp(st->last_counts, counts);
-    if (ev.len > 0 || counts_changed) {
+    const char *new_since = PQgetvalue(res, row, 1), *counts = PQgetvalue(res, row, 2);
+    if (ev.len > 0 || !st->last_counts || strcmp(st->last_counts, counts)) {
         /* the id rides on the update's last event: a client that reconnects
          * with it has everything up to this snapshot */
         stream_event(&ev, "counts", new_since, counts, strlen(counts));
@@ -575,36 +542,75 @@ static bool hub_update(crier_http_streams *hub, crier_http_stream *st, stream_li
         st->last_counts = strdup(counts);
     }
     if (strlen(new_since) <= CRIER_STREAM_SNAPSHOT_MAX) {
-        char *s = strdup(new_since);
-        if (s) {
+        char *dup = strdup(new_since);
+        if (dup) {
             free(st->since);
-            st->since = s;
+            st->since = dup;
         }
     }
     hub->updates++;
     hub->items_sent += resync ? 0 : (unsigned long long)n_items;
     hub->resyncs += resync;
-    pthread_mutex_unlock(&hub->lock);
-out:
-    if (!ok) {
-        bool connected = PQstatus(hub->query) == CONNECTION_OK;
-        pthread_mutex_lock(&hub->lock);
-        st->dirty = true;
-        /* a query that failed on a good connection is retried a second later
-         * without the stream's snapshot (a resync), so that no bad value
-         * makes the hub fail in a loop */
-        st->resync = st->resync || resync || connected;
-        pthread_mutex_unlock(&hub->lock);
-        if (connected) {
-            hub_exec_ok(hub->query, "ROLLBACK");
-            hub->retry_at = stream_now() + 1.0;
-        }
-    }
-    PQclear(snap);
-    PQclear(ids);
-    PQclear(items);
     crier_http_buf_free(&ev);
-    return ok;
+}
+
+/* Updates the streams v[0..n) (n <= STREAM_UPDATE_BATCH) in one statement.
+ * Returns false on a database error (the streams stay dirty). */
+static bool hub_update(crier_http_streams *hub, crier_http_stream **v, size_t n, stream_list *resume)
+{
+    bool resync[STREAM_UPDATE_BATCH];
+    char cand[16], cap[16], max_items[16];
+    const char *values[6];
+    int lengths[6] = {0}, formats[6] = {1, 1, 1, 0, 0, 0};
+    PGresult *res;
+
+    crier_pg_array_begin(&hub->batch[0], CRIER_PG_TEXT);
+    crier_pg_array_begin(&hub->batch[1], CRIER_PG_TEXT);
+    crier_pg_array_begin(&hub->batch[2], CRIER_PG_TEXT);
+    pthread_mutex_lock(&hub->lock);
+    for (size_t i = 0; i < n; i++) {
+        resync[i] = v[i]->resync;
+        v[i]->dirty = v[i]->resync = false;
+        crier_pg_array_add_str(&hub->batch[0], v[i]->tenant);
+        crier_pg_array_add_str(&hub->batch[1], v[i]->user);
+        crier_pg_array_add_str(&hub->batch[2], resync[i] ? NULL : v[i]->since);
+    }
+    pthread_mutex_unlock(&hub->lock);
+    for (int i = 0; i < 3; i++) {
+        values[i] = crier_pg_array_end(&hub->batch[i]);
+        lengths[i] = (int)hub->batch[i].len;
+    }
+    /* candidates: one more than the cap tells that it was passed */
+    snprintf(cand, sizeof cand, "%d", CRIER_STREAM_MAX_ITEMS * 10 + 1);
+    snprintf(cap, sizeof cap, "%d", CRIER_STREAM_MAX_ITEMS * 10);
+    snprintf(max_items, sizeof max_items, "%d", CRIER_STREAM_MAX_ITEMS + 1);
+    values[3] = cand;
+    values[4] = cap;
+    values[5] = max_items;
+    res = PQexecParams(hub->query, SQL_UPDATE, 6, NULL, values, lengths, formats, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != (int)n) {
+        bool connected = PQstatus(hub->query) == CONNECTION_OK;
+        crier_warn("http", "live feeds: an update failed: %s", PQresultErrorMessage(res));
+        PQclear(res);
+        pthread_mutex_lock(&hub->lock);
+        for (size_t i = 0; i < n; i++) {
+            v[i]->dirty = true;
+            /* a query that failed on a good connection is retried a second
+             * later without the streams' snapshots (a resync), so that no
+             * bad value makes the hub fail in a loop */
+            v[i]->resync = v[i]->resync || resync[i] || connected;
+        }
+        pthread_mutex_unlock(&hub->lock);
+        if (connected)
+            hub->retry_at = stream_now() + 1.0;
+        return false;
+    }
+    pthread_mutex_lock(&hub->lock);
+    for (size_t i = 0; i < n; i++)
+        hub_apply(hub, v[i], res, (int)i, resync[i], resume);
+    pthread_mutex_unlock(&hub->lock);
+    PQclear(res);
+    return true;
 }
 
 /* ------------------------------------------------------------------------
@@ -756,12 +762,14 @@ static void *hub_main(void *arg)
             if (st->dirty && !st->ending && !atomic_load(&st->closed))
                 stream_list_add(&dirty, st);
         pthread_mutex_unlock(&hub->lock);
-        for (size_t i = 0; i < dirty.n; i++) {
-            if (hub->query && !hub_update(hub, dirty.v[i], &resume) &&
+        for (size_t i = 0; i < dirty.n; i += STREAM_UPDATE_BATCH) {
+            size_t n = dirty.n - i < STREAM_UPDATE_BATCH ? dirty.n - i : STREAM_UPDATE_BATCH;
+            if (hub->query && !hub_update(hub, dirty.v + i, n, &resume) &&
                 PQstatus(hub->query) != CONNECTION_OK)
                 hub_disconnect(hub, PQerrorMessage(hub->query));
-            stream_unref(dirty.v[i]);
         }
+        for (size_t i = 0; i < dirty.n; i++)
+            stream_unref(dirty.v[i]);
         dirty.n = 0;
         stream_list_resume(&resume);
 
@@ -863,8 +871,10 @@ void crier_http_streams_stop(crier_http_streams *hub)
         if (hub->wake[i] >= 0)
             close(hub->wake[i]);
     crier_pg_array_free(&hub->users);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         crier_pg_array_free(&hub->cred[i]);
+        crier_pg_array_free(&hub->batch[i]);
+    }
     pthread_mutex_destroy(&hub->lock);
     free(hub->conninfo);
     free(hub);
