@@ -121,21 +121,28 @@ grep -q 'payload "P4:acme"' "$WORK/listen.out" || fail "one tenant-wide announce
 # position) but committed after a later one still arrives.
 sql "SELECT crier.join_audience('acme', 'team:late', 'ann')" >/dev/null
 eid=$(sql "SELECT id FROM crier.events WHERE entity_id = 'r1'")
-psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/late.out" 2>&1 <<SQL &
-BEGIN;
-INSERT INTO crier.audience_items (tenant, audience, event_id, event_type, content)
-VALUES ('acme', 'team:late', $eid, 'release.published', '{"title": "late"}');
-SELECT pg_sleep(2);
-COMMIT;
-SQL
+# The late transaction is driven through a FIFO: it inserts, then commits
+# only once the later item has reached the stream.
+mkfifo "$WORK/late.fifo"
+psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 <"$WORK/late.fifo" >"$WORK/late.out" 2>&1 &
 LATE_PID=$!
-sleep 0.5
+exec 7>"$WORK/late.fifo"
+echo "BEGIN; INSERT INTO crier.audience_items (tenant, audience, event_id, event_type, content)
+      VALUES ('acme', 'team:late', $eid, 'release.published', '{\"title\": \"late\"}');
+      SELECT 'inserted';" >&7
+for _ in $(seq 100); do grep -q inserted "$WORK/late.out" && break; sleep 0.05; done
+grep -q inserted "$WORK/late.out" || fail "the late transaction did not insert: $(cat "$WORK/late.out")"
 emit acme comment.created c3 '{"author": "cy", "text": "early", "to": ["ann"]}'
 wait_events ann "'cy: early' in [e['data']['content']['title'] for e in ev if e['event'] == 'item']" \
     "the later-started item that committed first arrives"
+sleep 0.3
+assert_eq 0 "$(events ann "[e['data']['content']['title'] for e in ev if e['event'] == 'item'].count('late')")" \
+    "nothing of the open transaction is sent"
+echo "COMMIT;" >&7
+exec 7>&-
 wait "$LATE_PID" || fail "the late transaction: $(cat "$WORK/late.out")"
 wait_events ann "'late' in [e['data']['content']['title'] for e in ev if e['event'] == 'item']" \
-    "the item committed late (lower position) arrives too"
+    "the item committed late (lower position) arrives too, after the later one"
 late_id=$(sql "SELECT id FROM crier.audience_items WHERE audience = 'team:late'")
 early_id=$(sql "SELECT id FROM crier.feed_items WHERE content->>'title' = 'cy: early'")
 [ "$late_id" -lt "$early_id" ] || fail "the late item should have the lower position ($late_id vs $early_id)"
