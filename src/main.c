@@ -33,7 +33,8 @@ static const char main_help[] =
     "  token     sign a short-lived user token for a person's own feed\n"
     "\n"
     "environment: CRIER_DATABASE_URL (libpq connection string), CRIER_DATA_DIR,\n"
-    "CRIER_RULES, CRIER_LUA_DIR, CRIER_SET_<NAME>=VALUE, CRIER_LOG=debug|info|warn|error\n";
+    "CRIER_RULES, CRIER_LUA_DIR, CRIER_SET_<NAME>=VALUE, CRIER_LOG=debug|info|warn|error,\n"
+    "CRIER_CONFIG (a Lua config file, as --config FILE: see examples/crier.conf.lua)\n";
 
 typedef struct {
     const char *name;
