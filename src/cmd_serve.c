@@ -53,6 +53,8 @@ static const char serve_help[] =
     "                         :8080 for every interface; port 0 picks a free one, logged)\n"
     "  --http-threads N       request threads, each with a database connection (default 4)\n"
     "  --http-max-body BYTES  largest request body, e.g. 65536, 512k, 1m (default 1m)\n"
+    "  --http-max-connections N  open connections, live feeds included (default 1024;\n"
+    "                         the open-files limit is raised to match when it can be)\n"
     "  --cors-origin LIST     origins browsers may call the API from: comma-separated\n"
     "                         exact origins (https://app.example.com) or * (default: none;\n"
     "                         also CRIER_CORS_ORIGIN)\n"
@@ -69,6 +71,7 @@ enum {
     SERVE_OPT_CORS_ORIGIN,
     SERVE_OPT_HEALTHZ_MAX_LAG,
     SERVE_OPT_STREAM_KEEPALIVE,
+    SERVE_OPT_HTTP_MAX_CONNECTIONS,
 };
 
 typedef struct {
@@ -190,6 +193,9 @@ static int serve_option(void *ud, int opt, const char *arg)
         return 0;
     case SERVE_OPT_HEALTHZ_MAX_LAG:
         return crier_cli_duration("serve", "healthz-max-lag", arg, &a->http.healthz_max_lag);
+    case SERVE_OPT_HTTP_MAX_CONNECTIONS:
+        return crier_cli_positive_int("serve", "http-max-connections", arg, 1000000,
+                                      &a->http.max_connections);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     }
@@ -223,6 +229,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"cors-origin", required_argument, NULL, SERVE_OPT_CORS_ORIGIN},
                                             {"healthz-max-lag", required_argument, NULL, SERVE_OPT_HEALTHZ_MAX_LAG},
                                             {"stream-keepalive", required_argument, NULL, SERVE_OPT_STREAM_KEEPALIVE},
+                                            {"http-max-connections", required_argument, NULL, SERVE_OPT_HTTP_MAX_CONNECTIONS},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     serve_args a;

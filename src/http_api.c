@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #define API_MAX_CORS_ORIGINS 32
 #define API_MAX_STATUS_CODES 24
 #define API_DB_WAIT 10.0 /* seconds a request waits for a free database connection */
+#define API_DEFAULT_CONNECTIONS 1024
 
 /* ------------------------------------------------------------------------
  * JSON writer
@@ -1433,6 +1435,23 @@ static int api_parse_cors(crier_http_api *api, const char *list, char *err, size
     return 0;
 }
 
+/* Raises the soft limit of open files towards want (each connection, live
+ * feeds included, is a descriptor), up to the hard limit; warns when even
+ * that is lower. */
+static void api_raise_fd_limit(rlim_t want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    rlim_t target = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    rl.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || target < want)
+        crier_warn("http",
+                   "open files are limited to %llu: fewer than --http-max-connections needs; raise "
+                   "the limit (ulimit -n) or lower --http-max-connections",
+                   (unsigned long long)target);
+}
+
 crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *err, size_t err_len)
 {
     crier_http_api *api = calloc(1, sizeof *api);
@@ -1441,7 +1460,7 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
     pthread_condattr_t cattr;
     sigset_t block, old;
     unsigned flags;
-    int threads;
+    int threads, max_connections;
 
     if (!api) {
         crier_set_error(err, err_len, "out of memory");
@@ -1458,6 +1477,8 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
     atomic_init(&api->inflight, 0);
     atomic_init(&api->rules_stale, false);
     threads = opts->threads > 0 ? opts->threads : API_DEFAULT_THREADS;
+    max_connections = opts->max_connections > 0 ? opts->max_connections : API_DEFAULT_CONNECTIONS;
+    api_raise_fd_limit((rlim_t)max_connections + 256);
     api->max_body = opts->max_body > 0 ? opts->max_body : API_DEFAULT_MAX_BODY;
     api->max_lag = opts->healthz_max_lag > 0 ? opts->healthz_max_lag : 60.0;
     api->conninfo = api_strdup(opts->conninfo);
@@ -1502,7 +1523,8 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
         flags, 0, NULL, NULL, api_access, api, MHD_OPTION_EXTERNAL_LOGGER, api_mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)(threads > 1 ? threads : 0), MHD_OPTION_NOTIFY_COMPLETED, api_completed, api,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)max_connections,
         MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!api->daemon) {

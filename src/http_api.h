@@ -34,6 +34,7 @@ typedef struct {
     const char *listen;
     int threads;              /* request threads and database connections (default 4) */
     size_t max_body;          /* largest request body in bytes (default 1 MiB) */
+    int max_connections;      /* open connections, live feeds included (default 1024) */
     const char *cors_origins; /* comma-separated exact origins, or "*"; NULL: no CORS */
     double healthz_max_lag;   /* seconds the oldest due event may wait (default 60) */
     const char *conninfo;     /* libpq connection string */
