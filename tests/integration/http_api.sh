@@ -65,7 +65,7 @@ start_api_hooks() {
 call() {
     local method=$1 path=$2
     shift 2
-    curl -sS -o "$WORK/body" -D "$WORK/headers" -w '%{http_code}' -X "$method" "$@" "$API$path"
+    curl -sS --max-time 30 -o "$WORK/body" -D "$WORK/headers" -w '%{http_code}' -X "$method" "$@" "$API$path"
 }
 # as CREDENTIAL METHOD PATH [curl args…]
 as() {

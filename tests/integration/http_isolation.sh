@@ -35,7 +35,7 @@ start_api serve --set "hook_url=$HOOK_URL"
 call() { # METHOD PATH [curl args…] → status; body in $WORK/body
     local method=$1 path=$2
     shift 2
-    curl -sS -o "$WORK/body" -w '%{http_code}' -X "$method" "$@" "$API$path"
+    curl -sS --max-time 30 -o "$WORK/body" -w '%{http_code}' -X "$method" "$@" "$API$path"
 }
 as() { # CREDENTIAL METHOD PATH [curl args…]
     local cred=$1 method=$2 path=$3
