@@ -121,16 +121,11 @@ static const char *const op_names[OP_COUNT] = {"first_page", "deep_page", "unrea
 /* The statements the HTTP API runs (src/http_handlers_feed.c), so that the
  * baseline asks PostgreSQL exactly what the API asks. A page asks for one row
  * more than it shows (whether another page follows). */
-#define FEED_ITEM_JSON                                                                             \
-    "json_build_object('id', f.id, 'kind', f.kind, 'type', f.event_type, 'content', f.content,"    \
-    " 'created_at', f.created_at, 'read', f.read, 'seen', f.seen, 'archived', f.archived)"
-#define FEED_LIST_SQL                                                                              \
-    "SELECT " FEED_ITEM_JSON ", f.id FROM crier.feed($1, $2, $3::bigint, $4::int, $5::bool) f"     \
-    " ORDER BY f.id DESC"
-#define FEED_COUNTS_SQL                                                                            \
-    "SELECT json_build_object('unread', c.unread, 'unseen', c.unseen)"                             \
-    " FROM crier.feed_counts($1, $2) c"
-#define FEED_MARK_ALL_SQL "SELECT crier.feed_mark_all($1, $2, $3, $4::bigint)"
+#define FEED_LIST_SQL CRIER_HTTP_SQL_FEED_PAGE
+#define FEED_COUNTS_SQL CRIER_HTTP_SQL_FEED_COUNTS
+#define FEED_MARK_ALL_SQL CRIER_HTTP_SQL_FEED_MARK_ALL
+/* the first page: prepared on each connection, as the API does */
+#define FEED_FIRST_PAGE_STMT "crier_bench_first_page"
 
 typedef struct {
     int people, notifications, audience_items;
@@ -888,8 +883,12 @@ static int feed_request(feed_worker *w, feed_http *h, PGconn *conn, int who)
     if (ok) {
         switch (w->op) {
         case OP_FIRST_PAGE:
+            values[2] = limit;
+            values[3] = "false";
+            res = PQexecPrepared(conn, FEED_FIRST_PAGE_STMT, 4, values, NULL, NULL, 0);
+            break;
         case OP_DEEP_PAGE:
-            values[2] = d ? d->before : NULL;
+            values[2] = d->before;
             values[3] = limit;
             values[4] = "false";
             res = PQexecParams(conn, FEED_LIST_SQL, 5, NULL, values, NULL, NULL, 0);
@@ -943,6 +942,13 @@ static void *feed_worker_main(void *arg)
             ok = false;
         } else {
             PGresult *res = PQexec(conn, "SET TimeZone = 'UTC'");
+            PQclear(res);
+            res = PQprepare(conn, FEED_FIRST_PAGE_STMT, CRIER_HTTP_SQL_FEED_FIRST_PAGE, 4, NULL);
+            if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                snprintf(w->err, sizeof w->err, "cannot prepare the first page: %s",
+                         PQresultErrorMessage(res));
+                ok = false;
+            }
             PQclear(res);
         }
     }

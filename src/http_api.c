@@ -244,6 +244,7 @@ struct crier_http_api {
     char *conninfo;
     PGconn **conns;
     bool *busy;
+    uint32_t *prepared; /* per connection: the statements prepared on it (bit = id) */
     int n_conns;
     pthread_mutex_t pool_lock;
     pthread_cond_t pool_cond;
@@ -358,6 +359,8 @@ static int api_pool_take(crier_http_api *api, double wait_s, int *slot, PGconn *
         PQfinish(api->conns[s]);
         api->conns[s] = NULL;
     }
+    if (!api->conns[s])
+        api->prepared[s] = 0; /* a new connection has no prepared statement */
     if (!api->conns[s] && !(api->conns[s] = api_connect(api, err, err_len))) {
         pthread_mutex_lock(&api->pool_lock);
         api->busy[s] = false;
@@ -736,6 +739,35 @@ static void api_query_failed(crier_http_request *r, PGresult *res)
             crier_http_error(r, 500, "internal_error",
                              "internal error; see the server log for request id %llu", r->id);
     }
+}
+
+PGresult *crier_http_query_prepared(crier_http_request *r, int id, const char *sql, int n,
+                                    const char *const *values)
+{
+    char name[24];
+    PGresult *res;
+    ExecStatusType st;
+    if (!r->pg || id < 0 || id > 31)
+        return crier_http_query(r, sql, n, values);
+    snprintf(name, sizeof name, "crier_api_%d", id);
+    if (!(r->api->prepared[r->pg_slot] & (1u << id))) {
+        /* session-level: kept when the request's transaction rolls back */
+        res = PQprepare(r->pg, name, sql, n, NULL);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+            api_query_failed(r, res);
+            PQclear(res);
+            return NULL;
+        }
+        PQclear(res);
+        r->api->prepared[r->pg_slot] |= 1u << id;
+    }
+    res = PQexecPrepared(r->pg, name, n, values, NULL, NULL, 0);
+    st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+        return res;
+    api_query_failed(r, res);
+    PQclear(res);
+    return NULL;
 }
 
 PGresult *crier_http_query(crier_http_request *r, const char *sql, int n, const char *const *values)
@@ -1383,6 +1415,7 @@ static void api_free(crier_http_api *api)
             PQfinish(api->conns[i]);
     free(api->conns);
     free(api->busy);
+    free(api->prepared);
     crier_rules_free(api->rules);
     pthread_mutex_destroy(&api->pool_lock);
     pthread_cond_destroy(&api->pool_cond);
@@ -1489,7 +1522,8 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
     api->n_conns = threads;
     api->conns = calloc((size_t)threads, sizeof *api->conns);
     api->busy = calloc((size_t)threads, sizeof *api->busy);
-    if (!api->conns || !api->busy) {
+    api->prepared = calloc((size_t)threads, sizeof *api->prepared);
+    if (!api->conns || !api->busy || !api->prepared) {
         crier_set_error(err, err_len, "out of memory");
         goto fail;
     }

@@ -99,6 +99,21 @@ typedef enum {
     "json_build_object('id', f.id, 'kind', f.kind, 'type', f.event_type, 'content', f.content,"    \
     " 'created_at', f.created_at, 'read', f.read, 'seen', f.seen, 'archived', f.archived)"
 
+/* The feed's statements (crier bench feed's baseline runs the same texts):
+ * a page ($1 tenant, $2 user, $3 before, $4 limit, $5 archived), the first
+ * page (no cursor: $3 limit, $4 archived; prepared per connection), the
+ * counts ($1, $2) and mark-all ($1, $2, $3 what, $4 upto). */
+#define CRIER_HTTP_SQL_FEED_PAGE                                                                   \
+    "SELECT " CRIER_HTTP_FEED_ITEM_JSON                                                            \
+    ", f.id FROM crier.feed($1, $2, $3::bigint, $4::int, $5::bool) f ORDER BY f.id DESC"
+#define CRIER_HTTP_SQL_FEED_FIRST_PAGE                                                             \
+    "SELECT " CRIER_HTTP_FEED_ITEM_JSON                                                            \
+    ", f.id FROM crier.feed($1, $2, NULL, $3::int, $4::bool) f ORDER BY f.id DESC"
+#define CRIER_HTTP_SQL_FEED_COUNTS                                                                 \
+    "SELECT json_build_object('unread', c.unread, 'unseen', c.unseen)"                             \
+    " FROM crier.feed_counts($1, $2) c"
+#define CRIER_HTTP_SQL_FEED_MARK_ALL "SELECT crier.feed_mark_all($1, $2, $3, $4::bigint)"
+
 struct crier_http_stream;
 
 /* One request, from its headers to the completed response. */
@@ -224,6 +239,13 @@ int crier_http_field_int(crier_http_request *r, const crier_http_field *f, bool 
  * (timeouts, lost connection), 500 (anything else, logged). */
 PGresult *crier_http_query(crier_http_request *r, const char *sql, int n,
                            const char *const *values);
+
+/* The same for a hot statement, prepared once per pooled connection (so it
+ * is parsed and, where PostgreSQL's plan cache decides so, planned once).
+ * id (0..31, one per statement text) names it. */
+enum { CRIER_HTTP_STMT_FEED_FIRST_PAGE };
+PGresult *crier_http_query_prepared(crier_http_request *r, int id, const char *sql, int n,
+                                    const char *const *values);
 
 /* Takes a database connection for a handler that runs without the
  * dispatcher's transaction (health, metrics), waiting up to wait_s seconds.

@@ -66,12 +66,17 @@ int crier_http_feed_list(crier_http_request *r)
     values[2] = cursor ? before_text : NULL;
     values[3] = limit_text;
     values[4] = archived ? "true" : "false";
-    /* one row more than the page tells whether another page follows */
-    res = crier_http_query(r,
-                           "SELECT " CRIER_HTTP_FEED_ITEM_JSON
-                           ", f.id FROM crier.feed($1, $2, $3::bigint, $4::int, $5::bool) f"
-                           " ORDER BY f.id DESC",
-                           5, values);
+    /* one row more than the page tells whether another page follows. The
+     * first page (the hot one: every inbox opening) is a statement prepared
+     * per connection, with no cursor in its text; a later page is planned
+     * for its cursor (a generic plan shared by both made deep pages slower:
+     * docs/BENCHMARKS.md) */
+    if (cursor)
+        res = crier_http_query(r, CRIER_HTTP_SQL_FEED_PAGE, 5, values);
+    else
+        res = crier_http_query_prepared(r, CRIER_HTTP_STMT_FEED_FIRST_PAGE,
+                                        CRIER_HTTP_SQL_FEED_FIRST_PAGE, 4,
+                                        (const char *const[]){values[0], values[1], values[3], values[4]});
     if (!res)
         return -1;
     n = PQntuples(res);
@@ -106,11 +111,7 @@ int crier_http_feed_list(crier_http_request *r)
 static int feed_reply_counts(crier_http_request *r, const char *user, unsigned status)
 {
     const char *values[2] = {r->tenant, user};
-    PGresult *res =
-        crier_http_query(r,
-                         "SELECT json_build_object('unread', c.unread, 'unseen', c.unseen)"
-                         " FROM crier.feed_counts($1, $2) c",
-                         2, values);
+    PGresult *res = crier_http_query(r, CRIER_HTTP_SQL_FEED_COUNTS, 2, values);
     if (!res)
         return -1;
     crier_http_reply(r, status, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
@@ -150,7 +151,7 @@ int crier_http_feed_mark_all(crier_http_request *r)
     values[1] = user;
     values[2] = what;
     values[3] = cursor ? upto_text : NULL;
-    res = crier_http_query(r, "SELECT crier.feed_mark_all($1, $2, $3, $4::bigint)", 4, values);
+    res = crier_http_query(r, CRIER_HTTP_SQL_FEED_MARK_ALL, 4, values);
     if (!res)
         return -1;
     PQclear(res);
