@@ -118,13 +118,10 @@ static const char *const op_names[OP_COUNT] = {"first_page", "deep_page", "unrea
 #define FEED_WALK_LIMIT 100 /* pages walked to find the deep cursors */
 #define FEED_SCHEMA "crier_bench_feed"
 
-/* The statements the HTTP API runs (src/http_handlers_feed.c), so that the
- * baseline asks PostgreSQL exactly what the API asks. A page asks for one row
- * more than it shows (whether another page follows). */
-#define FEED_LIST_SQL CRIER_HTTP_SQL_FEED_PAGE
-#define FEED_COUNTS_SQL CRIER_HTTP_SQL_FEED_COUNTS
-#define FEED_MARK_ALL_SQL CRIER_HTTP_SQL_FEED_MARK_ALL
-/* the first page: prepared on each connection, as the API does */
+/* The baseline runs the HTTP API's statements (CRIER_HTTP_SQL_FEED_*,
+ * http_api.h), so that it asks PostgreSQL exactly what the API asks; the
+ * first page is prepared on each connection as the API does. A page asks for
+ * one row more than it shows (whether another page follows). */
 #define FEED_FIRST_PAGE_STMT "crier_bench_first_page"
 
 typedef struct {
@@ -598,33 +595,15 @@ static int feed_write_rules(feed_ctx *b)
     return crier_bench_write_file(path, text);
 }
 
-/* A response body collected by libcurl. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-} feed_body;
-
+/* libcurl's write callback: appends a response body to a crier_http_buf. */
 static size_t feed_body_write(char *ptr, size_t size, size_t n, void *ud)
 {
-    feed_body *body = ud;
-    size_t add = size * n;
-    if (body->len + add + 1 > body->cap) {
-        size_t cap = body->cap ? body->cap : 4096;
-        while (cap < body->len + add + 1)
-            cap *= 2;
-        char *data = realloc(body->data, cap);
-        if (!data)
-            return 0;
-        body->data = data;
-        body->cap = cap;
-    }
-    memcpy(body->data + body->len, ptr, add);
-    body->len += add;
-    body->data[body->len] = '\0';
-    return add;
+    crier_http_buf_add(ud, ptr, size * n);
+    return size * n;
 }
 
-static void feed_body_reset(feed_body *body)
+/* Empties a body, keeping its memory. */
+static void feed_body_reset(crier_http_buf *body)
 {
     body->len = 0;
     if (body->data)
@@ -636,7 +615,7 @@ static void feed_body_reset(feed_body *body)
 typedef struct {
     CURL *curl;
     struct curl_slist *headers;
-    feed_body body;
+    crier_http_buf body;
 } feed_http;
 
 static int feed_http_open(feed_http *h, const char *auth_header)
@@ -661,7 +640,7 @@ static void feed_http_close(feed_http *h)
     if (h->curl)
         curl_easy_cleanup(h->curl);
     curl_slist_free_all(h->headers);
-    free(h->body.data);
+    crier_http_buf_free(&h->body);
     memset(h, 0, sizeof *h);
 }
 
@@ -891,19 +870,19 @@ static int feed_request(feed_worker *w, feed_http *h, PGconn *conn, int who)
             values[2] = d->before;
             values[3] = limit;
             values[4] = "false";
-            res = PQexecParams(conn, FEED_LIST_SQL, 5, NULL, values, NULL, NULL, 0);
+            res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_PAGE, 5, NULL, values, NULL, NULL, 0);
             break;
         case OP_UNREAD_COUNT:
         case OP_HEAVY_COUNT:
-            res = PQexecParams(conn, FEED_COUNTS_SQL, 2, NULL, values, NULL, NULL, 0);
+            res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);
             break;
         default:
             values[2] = "read";
             values[3] = NULL;
-            res = PQexecParams(conn, FEED_MARK_ALL_SQL, 4, NULL, values, NULL, NULL, 0);
+            res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_MARK_ALL, 4, NULL, values, NULL, NULL, 0);
             if (PQresultStatus(res) == PGRES_TUPLES_OK) {
                 PQclear(res);
-                res = PQexecParams(conn, FEED_COUNTS_SQL, 2, NULL, values, NULL, NULL, 0);
+                res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);
             }
             break;
         }
@@ -1060,17 +1039,14 @@ fail:
 /* Collects the notices (auto_explain's plans) of the explain connection. */
 static void feed_notice(void *ud, const PGresult *res)
 {
-    feed_body *out = ud;
     const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-    if (!msg)
-        msg = PQresultErrorMessage(res);
-    feed_body_write((char *)msg, 1, strlen(msg), out);
-    feed_body_write("\n\n", 1, 2, out);
+    crier_http_buf_puts(ud, msg ? msg : PQresultErrorMessage(res));
+    crier_http_buf_puts(ud, "\n\n");
 }
 
 /* Runs one of the API's statements (in a transaction rolled back: --explain
  * changes nothing) and prints the plans auto_explain sent. */
-static int feed_explain_one(PGconn *conn, feed_body *plans, const char *title, int op,
+static int feed_explain_one(PGconn *conn, crier_http_buf *plans, const char *title, int op,
                             const char *user, const char *before)
 {
     char limit[16];
@@ -1086,16 +1062,16 @@ static int feed_explain_one(PGconn *conn, feed_body *plans, const char *title, i
         values[2] = before;
         values[3] = limit;
         values[4] = "false";
-        res = PQexecParams(conn, FEED_LIST_SQL, 5, NULL, values, NULL, NULL, 0);
+        res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_PAGE, 5, NULL, values, NULL, NULL, 0);
     } else if (op == OP_MARK_ALL_READ) {
         values[2] = "read";
-        res = PQexecParams(conn, FEED_MARK_ALL_SQL, 4, NULL, values, NULL, NULL, 0);
+        res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_MARK_ALL, 4, NULL, values, NULL, NULL, 0);
         if (PQresultStatus(res) == PGRES_TUPLES_OK) {
             PQclear(res);
-            res = PQexecParams(conn, FEED_COUNTS_SQL, 2, NULL, values, NULL, NULL, 0);
+            res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);
         }
     } else {
-        res = PQexecParams(conn, FEED_COUNTS_SQL, 2, NULL, values, NULL, NULL, 0);
+        res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);
     }
     ok = PQresultStatus(res) == PGRES_TUPLES_OK;
     if (!ok)
@@ -1144,7 +1120,7 @@ static int feed_explain(feed_ctx *b)
          "", "", 0, 0, 0},
     };
     char title[512], sql[512];
-    feed_body plans = {0};
+    crier_http_buf plans = {0};
     uint64_t state = 42;
     int rc = -1;
 
@@ -1189,7 +1165,7 @@ static int feed_explain(feed_ctx *b)
             PQexecParams(b->conn, "SELECT crier.feed_mark_all($1, $2, 'read', NULL::bigint)", 2,
                          NULL, values, NULL, NULL, 0);
         PQclear(res);
-        res = PQexecParams(b->conn, FEED_COUNTS_SQL, 2, NULL, values, NULL, NULL, 0);
+        res = PQexecParams(b->conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);
         PQclear(res);
         if (crier_bench_exec(b->conn, "ROLLBACK") < 0)
             goto out;
@@ -1226,7 +1202,7 @@ static int feed_explain(feed_ctx *b)
 out:
     PQsetNoticeReceiver(b->conn, NULL, NULL);
     crier_bench_exec(b->conn, "RESET ALL");
-    free(plans.data);
+    crier_http_buf_free(&plans);
     return rc;
 }
 

@@ -798,13 +798,13 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
 
     for (int i = 0; i < n; i++)
         out[i] = (crier_http_field){names[i], NULL, NULL};
-    if (!r->body || r->body_len == 0) {
+    if (!r->body.data || r->body.len == 0) {
         if (empty_ok)
             return 0;
         return crier_http_error(r, 400, "malformed_json",
                                 "this endpoint needs a JSON object as the request body");
     }
-    if (memchr(r->body, '\0', r->body_len))
+    if (memchr(r->body.data, '\0', r->body.len))
         return crier_http_error(r, 400, "malformed_json", "the request body holds a NUL byte");
     crier_http_buf_puts(&list, "{");
     for (int i = 0; i < n; i++) {
@@ -812,7 +812,7 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
         crier_http_buf_printf(&expected, "%s%s", i ? ", " : "", names[i]);
     }
     crier_http_buf_puts(&list, "}");
-    values[0] = r->body;
+    values[0] = r->body.data;
     values[1] = list.data;
     res = PQexecParams(r->pg, "SELECT name, type, value FROM crier.api_fields($1, $2::text[])", 2,
                        NULL, values, NULL, NULL, 0);
@@ -1195,7 +1195,7 @@ static void api_dispatch(crier_http_request *r, char *allow, size_t allow_len)
         return;
     }
     route = &api_routes[r->route];
-    if (r->body_len > 0 && !api_is_json(crier_http_header(r, "Content-Type"))) {
+    if (r->body.len > 0 && !api_is_json(crier_http_header(r, "Content-Type"))) {
         crier_http_error(r, 415, "unsupported_media_type",
                          "send the body as Content-Type: application/json");
         return;
@@ -1264,26 +1264,12 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
              * 413 at its end; one that goes on and on is cut off */
             return r->upload_seen > api->max_body * 4 + (4u << 20) ? MHD_NO : MHD_YES;
         }
-        if (r->body_len + n > api->max_body) {
+        if (r->body.len + n > api->max_body) {
             r->body_too_large = true;
-            free(r->body);
-            r->body = NULL;
-            r->body_len = r->body_cap = 0;
+            crier_http_buf_free(&r->body);
             return MHD_YES;
         }
-        if (r->body_len + n + 1 > r->body_cap) {
-            size_t cap = r->body_cap ? r->body_cap : 4096;
-            while (cap < r->body_len + n + 1)
-                cap *= 2;
-            char *p = realloc(r->body, cap);
-            if (!p)
-                return MHD_NO;
-            r->body = p;
-            r->body_cap = cap;
-        }
-        memcpy(r->body + r->body_len, upload_data, n);
-        r->body_len += n;
-        r->body[r->body_len] = '\0';
+        crier_http_buf_add(&r->body, upload_data, n);
         return MHD_YES;
     }
     if (r->responded)
@@ -1322,7 +1308,7 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     if (r->pg) /* not reached normally: the dispatcher gives it back */
         crier_http_db_release(r);
     crier_http_buf_free(&r->response);
-    free(r->body);
+    crier_http_buf_free(&r->body);
     free(r->path);
     free(r->segment_storage);
     free(r);

@@ -129,8 +129,7 @@ typedef struct crier_http_request {
     unsigned long long id; /* request id (X-Request-Id) */
     double started;        /* monotonic seconds */
 
-    char *body; /* request body (NUL-terminated), NULL when empty */
-    size_t body_len, body_cap;
+    crier_http_buf body; /* request body (NUL-terminated; data NULL when empty) */
     size_t upload_seen; /* bytes uploaded, kept or not */
     bool body_too_large;
 

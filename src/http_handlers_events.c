@@ -36,7 +36,7 @@ static bool events_valid_type(const char *t)
  * back. */
 static int events_claim_key(crier_http_request *r, const char *key)
 {
-    const char *values[3] = {r->tenant, key, r->body};
+    const char *values[3] = {r->tenant, key, r->body.data};
     PGresult *res;
 
     res = crier_http_query(r,
