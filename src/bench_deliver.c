@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "engine.h"
 #include "keys.h"
 #include "log.h"
@@ -170,7 +171,7 @@ static int bench_nginx_start(bench_ctx *b)
         b->nginx_pid = 0;
         return -1;
     }
-    for (double until = crier_bench_mono() + 10; crier_bench_mono() < until; crier_bench_sleep(0.01)) {
+    for (double until = crier_clock_s() + 10; crier_clock_s() < until; crier_bench_sleep(0.01)) {
         if (crier_bench_port_open(b->port))
             return 0;
         int rc = crier_bench_wait(b->nginx_pid, 0);
@@ -508,7 +509,7 @@ static int bench_phase_floor(bench_ctx *b, long n, bench_run *run)
  * the serve child dies). Returns 0 or -1 (message printed). */
 static int bench_wait_delivered(bench_ctx *b, long want, double timeout_s, const char *serve_log)
 {
-    double until = crier_bench_mono() + timeout_s, v[1] = {0};
+    double until = crier_clock_s() + timeout_s, v[1] = {0};
     for (;;) {
         if (crier_bench_query_numbers(b->conn,
                                 "SELECT count(*) FROM crier.deliveries WHERE state = 'delivered'",
@@ -525,7 +526,7 @@ static int bench_wait_delivered(bench_ctx *b, long want, double timeout_s, const
             crier_bench_print_tail(serve_log);
             return -1;
         }
-        if (crier_bench_mono() >= until) {
+        if (crier_clock_s() >= until) {
             crier_cli_error("bench", "only %.0f of %ld deliveries were delivered within %.0f s",
                             v[0], want, timeout_s);
             crier_bench_print_tail(serve_log);
@@ -631,9 +632,9 @@ static int bench_emit_paced(const char *conninfo, int n_conns, long n, int rate,
         if (bench_prepare_emit(em[c].conn) < 0 || PQsetnonblocking(em[c].conn, 1) < 0)
             goto out;
     }
-    start = crier_bench_mono() + 0.01;
+    start = crier_clock_s() + 0.01;
     while (done < n) {
-        double now = crier_bench_mono();
+        double now = crier_clock_s();
         int busy = 0;
         /* Send every due event that has an idle connection to go on. */
         for (int c = 0; c < n_conns && next < n && start + (double)next / rate <= now; c++) {
@@ -660,7 +661,7 @@ static int bench_emit_paced(const char *conninfo, int n_conns, long n, int rate,
          * a connection to send it on). */
         struct timespec ts, *timeout = NULL;
         if (next < n && busy < n_conns) {
-            double wait = start + (double)next / rate - crier_bench_mono();
+            double wait = start + (double)next / rate - crier_clock_s();
             wait = wait > 0 ? wait : 0;
             ts.tv_sec = (time_t)wait;
             ts.tv_nsec = (long)((wait - (double)ts.tv_sec) * 1e9);

@@ -5,6 +5,7 @@
  * medians, the ratio, and the spread as a noise figure. */
 #include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "keys.h"
 #include "log.h"
 #include "migrate.h"
@@ -95,7 +96,7 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
     crier_pg_params params;
     bench_row row;
     const char *sql = bench_insert_sql(table);
-    double t0 = crier_bench_mono();
+    double t0 = crier_clock_s();
     long rows = 0;
 
     *inserted = 0;
@@ -134,7 +135,7 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
         crier_pg_array_free(&cols[c]);
     if (rows < 0)
         return -1;
-    return (double)rows / (crier_bench_mono() - t0);
+    return (double)rows / (crier_clock_s() - t0);
 }
 
 /* Builds the COPY text of the same rows (outside the timed region). */
@@ -159,7 +160,7 @@ static char *bench_copy_text(const bench_opts *o, long long first_event, size_t 
 
 static double bench_copy_pass(PGconn *conn, const char *text, size_t len, long rows)
 {
-    double t0 = crier_bench_mono();
+    double t0 = crier_clock_s();
     PGresult *res = PQexec(conn, "COPY crier_bench.n_copy (key_hash, key, event_id, tenant, event_type, entity_id,"
                                  " recipient_id, discriminator, rules_version) FROM STDIN");
     if (PQresultStatus(res) != PGRES_COPY_IN) {
@@ -188,7 +189,7 @@ static double bench_copy_pass(PGconn *conn, const char *text, size_t len, long r
     PQclear(res);
     while ((res = PQgetResult(conn)) != NULL)
         PQclear(res);
-    return (double)rows / (crier_bench_mono() - t0);
+    return (double)rows / (crier_clock_s() - t0);
 }
 
 static int bench_option(void *ud, int opt, const char *arg)

@@ -32,6 +32,7 @@
 #include "base64.h"
 #include "bench_util.h"
 #include "cli.h"
+#include "clock.h"
 #include "http_auth.h"
 #include "log.h"
 #include "migrate.h"
@@ -405,7 +406,7 @@ static const struct {
 static int feed_build(feed_ctx *b)
 {
     char sql[8192];
-    double start = crier_bench_mono(), t = start, total[1];
+    double start = crier_clock_s(), t = start, total[1];
     const char *what = NULL;
 
     fprintf(stderr,
@@ -420,9 +421,9 @@ static int feed_build(feed_ctx *b)
     for (size_t i = 0; i < sizeof feed_build_steps / sizeof feed_build_steps[0]; i++) {
         if (feed_build_steps[i].what) {
             if (what)
-                fprintf(stderr, " %s %.1fs,", what, crier_bench_mono() - t);
+                fprintf(stderr, " %s %.1fs,", what, crier_clock_s() - t);
             what = feed_build_steps[i].what;
-            t = crier_bench_mono();
+            t = crier_clock_s();
         }
         if (feed_sql_expand(&b->o, feed_build_steps[i].sql, sql, sizeof sql) < 0) {
             fputc('\n', stderr);
@@ -446,8 +447,8 @@ static int feed_build(feed_ctx *b)
             }
         }
     }
-    b->build_s = crier_bench_mono() - start;
-    fprintf(stderr, " %s %.1fs; %.1f s in all\n", what, crier_bench_mono() - t, b->build_s);
+    b->build_s = crier_clock_s() - start;
+    fprintf(stderr, " %s %.1fs; %.1f s in all\n", what, crier_clock_s() - t, b->build_s);
     if (feed_sql_expand(&b->o,
                         "CREATE TABLE " FEED_SCHEMA ".dataset AS SELECT {VERSION} AS version,"
                         " {P} AS people, {N} AS notifications, {A} AS audience_items,"
@@ -696,7 +697,7 @@ static int feed_serve_start(feed_ctx *b)
         return -1;
     }
     snprintf(url, sizeof url, "%s/healthz", b->base_url);
-    for (double until = crier_bench_mono() + 60; crier_bench_mono() < until;
+    for (double until = crier_clock_s() + 60; crier_clock_s() < until;
          crier_bench_sleep(0.05)) {
         int rc = crier_bench_wait(b->serve_pid, 0);
         if (rc >= 0) {
@@ -935,9 +936,9 @@ static void *feed_worker_main(void *arg)
         ok = feed_request(w, &h, conn, w->who[i]) == 0;
     pthread_barrier_wait(w->start);
     for (long i = w->client; ok && i < w->n; i += clients) {
-        double t0 = crier_bench_mono();
+        double t0 = crier_clock_s();
         ok = feed_request(w, &h, conn, w->who[w->warm + i]) == 0;
-        w->lat[i] = (crier_bench_mono() - t0) * 1000.0;
+        w->lat[i] = (crier_clock_s() - t0) * 1000.0;
     }
     feed_http_close(&h);
     if (conn)

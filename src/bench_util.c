@@ -1,6 +1,7 @@
 /* bench_util.c — what the benchmarks share (see bench_util.h). */
 #define _GNU_SOURCE
 #include "bench_util.h"
+#include "clock.h"
 
 #include "cli.h"
 #include "migrate.h"
@@ -20,13 +21,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-double crier_bench_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 double crier_bench_real(void)
 {
@@ -206,7 +200,7 @@ pid_t crier_bench_spawn(char *const argv[], const char *log_path)
 
 int crier_bench_wait(pid_t pid, double timeout_s)
 {
-    double until = crier_bench_mono() + timeout_s;
+    double until = crier_clock_s() + timeout_s;
     int status;
 
     for (;;) {
@@ -215,7 +209,7 @@ int crier_bench_wait(pid_t pid, double timeout_s)
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (r < 0 && errno != EINTR)
             return 255;
-        if (crier_bench_mono() >= until)
+        if (crier_clock_s() >= until)
             return -1;
         crier_bench_sleep(0.005);
     }

@@ -12,8 +12,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Monotonic and wall-clock seconds. */
-double crier_bench_mono(void);
+/* Wall-clock seconds (monotonic ones: crier_clock_s, clock.h). */
 double crier_bench_real(void);
 /* Sleeps s seconds (through signals). */
 void crier_bench_sleep(double s);

@@ -27,6 +27,7 @@
 #include "email.h"
 
 #include "base64.h"
+#include "clock.h"
 #include "curl_ev.h"
 #include "log.h"
 
@@ -514,14 +515,6 @@ struct crier_email_sender {
     email_transfer *active; /* doubly linked */
 };
 
-static double email_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
-
 static void email_transfer_free(email_transfer *t)
 {
     if (!t)
@@ -582,7 +575,7 @@ static void email_curl_done(void *ud, CURL *easy, CURLcode code)
     memset(&r, 0, sizeof r);
     r.delivery_id = t->delivery_id;
     r.smtp_code = status;
-    r.duration_ms = email_now_ms() - t->start_ms;
+    r.duration_ms = crier_clock_ms() - t->start_ms;
     if (code != CURLE_OK) {
         r.error = t->errbuf[0] ? t->errbuf : curl_easy_strerror(code);
         r.timed_out = code == CURLE_OPERATION_TIMEDOUT;
@@ -747,7 +740,7 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
     }
     if (email_transfer_setup(s, t, req) != 0)
         goto err;
-    t->start_ms = email_now_ms();
+    t->start_ms = crier_clock_ms();
     if (crier_curl_ev_add(s->curl, t->easy) != 0) {
         crier_warn("email", "delivery %" PRId64 ": libcurl refused the transfer", req->delivery_id);
         goto err;

@@ -4,6 +4,7 @@
  * http_api.h). */
 #include "http_api.h"
 
+#include "clock.h"
 #include "http_auth.h"
 #include "http_stream.h"
 #include "log.h"
@@ -266,13 +267,6 @@ struct crier_http_api {
     pthread_mutex_t stats_lock;
     api_route_stats stats[API_N_ROUTES + 1];
 };
-
-static double api_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ------------------------------------------------------------------------
  * Database connections
@@ -950,10 +944,10 @@ crier_plan_status crier_http_api_validate_event(crier_http_api *api, const char 
     crier_plan_status st;
     pthread_mutex_lock(&api->rules_lock);
     /* a notice that arrives during the load sets the flag again: loaded next time */
-    if (api_now() >= api->rules_retry_at && atomic_exchange(&api->rules_stale, false) &&
+    if (crier_clock_s() >= api->rules_retry_at && atomic_exchange(&api->rules_stale, false) &&
         api_reload_rules(api) < 0) {
         atomic_store(&api->rules_stale, true); /* try again, at most every 5 s */
-        api->rules_retry_at = api_now() + 5.0;
+        api->rules_retry_at = crier_clock_s() + 5.0;
     }
     st = crier_rules_validate(api->rules, event_type, payload_json, err, err_len);
     pthread_mutex_unlock(&api->rules_lock);
@@ -1232,7 +1226,7 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
         r->method = method;
         r->route = -1;
         r->pg_slot = -1;
-        r->started = api_now();
+        r->started = crier_clock_s();
         r->id = atomic_fetch_add(&api->next_id, 1) + 1;
         atomic_fetch_add(&api->inflight, 1);
         *con_cls = r;
@@ -1289,7 +1283,7 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
     if (!r)
         return;
     if (r->status) {
-        double took = api_now() - r->started;
+        double took = crier_clock_s() - r->started;
         api_count(api, r->route, r->status, took);
         if (r->status >= 500)
             crier_warn("http", "%s %s -> %u in %.1f ms (request %llu)", r->method, r->path,
@@ -1590,9 +1584,9 @@ void crier_http_api_stop(crier_http_api *api, double deadline)
      * connections); their clients reconnect to another server */
     crier_http_streams_close_all(api->streams);
     listen_fd = MHD_quiesce_daemon(api->daemon);
-    until = api_now() + deadline;
+    until = crier_clock_s() + deadline;
     /* requests being answered finish; idle keep-alive connections are closed */
-    while (atomic_load(&api->inflight) > 0 && api_now() < until)
+    while (atomic_load(&api->inflight) > 0 && crier_clock_s() < until)
         usleep(20000);
     MHD_stop_daemon(api->daemon);
     if (listen_fd != MHD_INVALID_SOCKET)

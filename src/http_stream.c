@@ -4,6 +4,7 @@
  * libmicrohttpd, parking the connection while there is nothing to send. */
 #include "http_stream.h"
 
+#include "clock.h"
 #include "log.h"
 #include "pg_array.h"
 
@@ -66,13 +67,6 @@ struct crier_http_streams {
     crier_pg_array batch[3]; /* the updates' parameters */
     double next_cred_check;
 };
-
-static double stream_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void stream_wake(crier_http_streams *hub)
 {
@@ -308,7 +302,7 @@ static void hub_disconnect(crier_http_streams *hub, const char *why)
     hub->reconnect_delay = hub->reconnect_delay > 0 ? hub->reconnect_delay * 2 : 0.25;
     if (hub->reconnect_delay > STREAM_RECONNECT_MAX)
         hub->reconnect_delay = STREAM_RECONNECT_MAX;
-    hub->reconnect_at = stream_now() + hub->reconnect_delay;
+    hub->reconnect_at = crier_clock_s() + hub->reconnect_delay;
 }
 
 static bool hub_exec_ok(PGconn *c, const char *sql)
@@ -324,7 +318,7 @@ static bool hub_exec_ok(PGconn *c, const char *sql)
 static bool hub_connect(crier_http_streams *hub)
 {
     char err[512];
-    if (stream_now() < hub->reconnect_at)
+    if (crier_clock_s() < hub->reconnect_at)
         return false;
     hub->listen = crier_http_db_connect(hub->conninfo, "crier-api-live", err, sizeof err);
     hub->query = hub->listen ? crier_http_db_connect(hub->conninfo, "crier-api-live", err, sizeof err)
@@ -602,7 +596,7 @@ static bool hub_update(crier_http_streams *hub, crier_http_stream **v, size_t n,
         }
         pthread_mutex_unlock(&hub->lock);
         if (connected)
-            hub->retry_at = stream_now() + 1.0;
+            hub->retry_at = crier_clock_s() + 1.0;
         return false;
     }
     pthread_mutex_lock(&hub->lock);
@@ -734,11 +728,11 @@ static void *hub_main(void *arg)
 {
     crier_http_streams *hub = arg;
     stream_list resume = {0}, dirty = {0};
-    double next_keepalive = stream_now() + hub->keepalive;
+    double next_keepalive = crier_clock_s() + hub->keepalive;
 
     for (;;) {
         struct pollfd fds[2] = {{hub->wake[0], POLLIN, 0}, {-1, POLLIN, 0}};
-        double now = stream_now(), until = next_keepalive;
+        double now = crier_clock_s(), until = next_keepalive;
         bool stopping;
 
         pthread_mutex_lock(&hub->lock);
@@ -785,11 +779,11 @@ static void *hub_main(void *arg)
         }
         long long next_expiry = hub_expire(hub, &resume);
         stream_list_resume(&resume);
-        if (next_expiry && stream_now() + (double)(next_expiry - (long long)time(NULL)) < until)
-            until = stream_now() + (double)(next_expiry - (long long)time(NULL));
+        if (next_expiry && crier_clock_s() + (double)(next_expiry - (long long)time(NULL)) < until)
+            until = crier_clock_s() + (double)(next_expiry - (long long)time(NULL));
         hub_reap(hub);
 
-        int timeout = (int)((until - stream_now()) * 1000) + 1;
+        int timeout = (int)((until - crier_clock_s()) * 1000) + 1;
         if (timeout < 0)
             timeout = 0;
         int n = poll(fds, fds[1].fd >= 0 ? 2 : 1, timeout);

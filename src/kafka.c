@@ -24,6 +24,7 @@
 
 #include "kafka.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <ev.h>
@@ -96,14 +97,6 @@ struct crier_kafka_sender {
     int has_fatal;
     char fatal[512];
 };
-
-static double kafka_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
 
 /* ---- message pool ------------------------------------------------------- */
 
@@ -240,7 +233,7 @@ static void kafka_dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void 
     }
     memset(&r, 0, sizeof r);
     r.delivery_id = m->delivery_id;
-    r.duration_ms = kafka_now_ms() - m->start_ms;
+    r.duration_ms = crier_clock_ms() - m->start_ms;
     if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         r.partition = rkm->partition;
         /* librdkafka reports RD_KAFKA_OFFSET_INVALID (-1001) for a success
@@ -354,7 +347,7 @@ static void kafka_deferred_cb(struct ev_loop *loop, ev_timer *w, int revents)
             s->deferred_tail = NULL;
         memset(&r, 0, sizeof r);
         r.delivery_id = m->delivery_id;
-        r.duration_ms = kafka_now_ms() - m->start_ms;
+        r.duration_ms = crier_clock_ms() - m->start_ms;
         kafka_set_error(s, &r, m->deferred_err, NULL);
         r.fatal = kafka_check_fatal(s);
         kafka_message_put(s, m);
@@ -604,7 +597,7 @@ int crier_kafka_send(crier_kafka_sender *s, const crier_kafka_request *req)
         return -1;
     }
     m->delivery_id = req->delivery_id;
-    m->start_ms = kafka_now_ms();
+    m->start_ms = crier_clock_ms();
 
     memset(vu, 0, sizeof vu);
     vu[n].vtype = RD_KAFKA_VTYPE_TOPIC;

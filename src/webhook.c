@@ -28,6 +28,7 @@
 #include "webhook.h"
 
 #include "base64.h"
+#include "clock.h"
 #include "curl_ev.h"
 #include "log.h"
 
@@ -92,14 +93,6 @@ struct crier_webhook_sender {
     webhook_transfer *idle;   /* singly linked pool */
     int idle_count;
 };
-
-static double webhook_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
-}
 
 /* ---- signature ---------------------------------------------------------- */
 
@@ -546,7 +539,7 @@ static void webhook_curl_done(void *ud, CURL *easy, CURLcode code)
     r.delivery_id = t->delivery_id;
     t->excerpt[t->excerpt_len] = '\0';
     r.response_excerpt = t->excerpt;
-    r.duration_ms = webhook_now_ms() - t->start_ms;
+    r.duration_ms = crier_clock_ms() - t->start_ms;
     r.retry_after_s = t->retry_after_s;
     if (code == CURLE_OK || status >= 200) {
         /* A final status line is the receiver's answer, even when the body
@@ -655,7 +648,7 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     t->delivery_id = req->delivery_id;
     if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
         goto err;
-    t->start_ms = webhook_now_ms();
+    t->start_ms = crier_clock_ms();
     t->guard.check = webhook_guard_cb;
     t->guard.ud = t;
     if (crier_curl_ev_add_guarded(s->curl, t->easy, &t->guard) != 0) {
