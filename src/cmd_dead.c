@@ -8,12 +8,12 @@
  * succeeded, sends nothing twice. */
 #include "cli.h"
 #include "database.h"
+#include "time_arg.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char dead_help[] =
@@ -79,28 +79,6 @@ static const char SQL_REPLAY[] =
 
 #define DEAD_REPLAY_CHUNK "500"
 
-/* "2h" → a timestamp that long ago; anything else is passed on as a timestamp
- * for PostgreSQL to parse. */
-static const char *dead_time(const char *arg, char *buf, size_t len)
-{
-    char *end;
-    double v = strtod(arg, &end);
-    double unit = 0;
-    if (end != arg && v >= 0) {
-        if (!*end)
-            unit = 1;
-        else if (!end[1])
-            unit = *end == 's' ? 1 : *end == 'm' ? 60 : *end == 'h' ? 3600 : *end == 'd' ? 86400 : 0;
-    }
-    if (unit == 0)
-        return arg;
-    time_t t = time(NULL) - (time_t)(v * unit);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%d %H:%M:%S+00", &tm);
-    return buf;
-}
-
 static int dead_option(void *ud, int opt, const char *arg)
 {
     dead_args *a = ud;
@@ -116,8 +94,8 @@ static int dead_option(void *ud, int opt, const char *arg)
         }
         a->filter[F_CHANNEL] = arg;
         return 0;
-    case 's': a->filter[F_SINCE] = dead_time(arg, a->since, sizeof a->since); return 0;
-    case 'u': a->filter[F_UNTIL] = dead_time(arg, a->until, sizeof a->until); return 0;
+    case 's': a->filter[F_SINCE] = crier_time_arg(arg, a->since, sizeof a->since); return 0;
+    case 'u': a->filter[F_UNTIL] = crier_time_arg(arg, a->until, sizeof a->until); return 0;
     case 'D': a->filter[F_KIND] = "delivery"; return 0;
     case 'E': a->filter[F_KIND] = "event"; return 0;
     case 'i':

@@ -4,11 +4,11 @@
 #include "http_api.h"
 #include "http_auth.h"
 #include "log.h"
+#include "time_arg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define DEAD_DEFAULT_LIMIT 50
 #define DEAD_REPLAY_CHUNK 1000
@@ -16,34 +16,6 @@
 int crier_http_notifications_get(crier_http_request *r)
 {
     return crier_http_get_by_id(r, "notification", "SELECT crier.api_notification($1, $2::bigint)");
-}
-
-/* "2h" (a duration ago) → a timestamp; anything else is left for PostgreSQL
- * to parse as a timestamp (a bad one is a 400). */
-static const char *dead_time(const char *arg, char *buf, size_t len)
-{
-    char *end;
-    double v, unit = 0;
-    if (!arg)
-        return NULL;
-    v = strtod(arg, &end);
-    if (end != arg && v >= 0 && v < 1e9) {
-        if (!*end)
-            unit = 1;
-        else if (!end[1])
-            unit = *end == 's'   ? 1
-                   : *end == 'm' ? 60
-                   : *end == 'h' ? 3600
-                   : *end == 'd' ? 86400
-                                 : 0;
-    }
-    if (unit == 0)
-        return arg;
-    time_t t = time(NULL) - (time_t)(v * unit);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%d %H:%M:%S+00", &tm);
-    return buf;
 }
 
 typedef struct {
@@ -63,8 +35,8 @@ static int dead_check_filters(crier_http_request *r, dead_filters *d)
     if ((d->since && strlen(d->since) > 64) || (d->until && strlen(d->until) > 64))
         return crier_http_error(r, 400, "invalid_field",
                                 "since and until take a timestamp or a duration ago");
-    d->since = dead_time(d->since, d->since_buf, sizeof d->since_buf);
-    d->until = dead_time(d->until, d->until_buf, sizeof d->until_buf);
+    d->since = crier_time_arg(d->since, d->since_buf, sizeof d->since_buf);
+    d->until = crier_time_arg(d->until, d->until_buf, sizeof d->until_buf);
     return 0;
 }
 
