@@ -703,6 +703,22 @@ void crier_http_buf_items(crier_http_buf *b, PGresult *res, int limit)
     crier_http_buf_puts(b, "]");
 }
 
+void crier_http_buf_cursor(crier_http_request *r, crier_http_buf *b, const char *name, PGresult *res,
+                           int row, int first, int n, const char *const *scope, int n_scope)
+{
+    int64_t pos[CRIER_CURSOR_MAX_VALUES];
+    char text[160];
+    crier_http_buf_printf(b, ",\"%s\":", name);
+    if (row < 0 || n > CRIER_CURSOR_MAX_VALUES) {
+        crier_http_buf_puts(b, "null");
+        return;
+    }
+    for (int c = 0; c < n; c++)
+        pos[c] = strtoll(PQgetvalue(res, row, first + c), NULL, 10);
+    crier_http_cursor_encode(r, scope, n_scope, pos, n, text, sizeof text);
+    crier_http_buf_json_string(b, text);
+}
+
 /* Maps a failed statement to an error response. */
 static void api_query_failed(crier_http_request *r, PGresult *res)
 {
@@ -858,18 +874,29 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
     return 0;
 }
 
-int crier_http_field_string(crier_http_request *r, const crier_http_field *f, bool required,
-                            size_t max, bool id, const char **out)
+/* Whether field f is there with the JSON type want ("a string"'s last
+ * word): 1 yes, 0 absent (and not required), -1 error set. */
+static int field_present(crier_http_request *r, const crier_http_field *f, bool required,
+                         const char *want)
 {
-    *out = NULL;
     if (!f->type) {
         if (required)
             return crier_http_error(r, 400, "invalid_field", "field %s is required", f->name);
         return 0;
     }
-    if (strcmp(f->type, "string"))
-        return crier_http_error(r, 400, "invalid_field", "field %s must be a string, got %s",
-                                f->name, f->type);
+    if (strcmp(f->type, strrchr(want, ' ') + 1))
+        return crier_http_error(r, 400, "invalid_field", "field %s must be %s, got %s", f->name,
+                                want, f->type);
+    return 1;
+}
+
+int crier_http_field_string(crier_http_request *r, const crier_http_field *f, bool required,
+                            size_t max, bool id, const char **out)
+{
+    int present = field_present(r, f, required, "a string");
+    *out = NULL;
+    if (present <= 0)
+        return present;
     size_t len = strlen(f->value);
     if (len == 0 || len > max)
         return crier_http_error(r, 400, "invalid_field", "field %s must be 1 to %zu bytes long",
@@ -885,15 +912,10 @@ int crier_http_field_int(crier_http_request *r, const crier_http_field *f, bool 
                          long long min, long long max, long long def, long long *out)
 {
     char *end;
+    int present = field_present(r, f, required, "a number");
     *out = def;
-    if (!f->type) {
-        if (required)
-            return crier_http_error(r, 400, "invalid_field", "field %s is required", f->name);
-        return 0;
-    }
-    if (strcmp(f->type, "number"))
-        return crier_http_error(r, 400, "invalid_field", "field %s must be a number, got %s",
-                                f->name, f->type);
+    if (present <= 0)
+        return present;
     errno = 0;
     long long v = strtoll(f->value, &end, 10);
     if (*end || errno || v < min || v > max)

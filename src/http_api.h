@@ -206,6 +206,11 @@ int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sq
  * of res (the caller adds the rest of the object and the closing brace). */
 void crier_http_buf_items(crier_http_buf *b, PGresult *res, int limit);
 
+/* Appends ,"name": and the cursor (crier_http_cursor_encode with scope) of
+ * row's columns first..first+n-1 as the position, or null when row < 0. */
+void crier_http_buf_cursor(crier_http_request *r, crier_http_buf *b, const char *name, PGresult *res,
+                           int row, int first, int n, const char *const *scope, int n_scope);
+
 /* One field of a parsed JSON body: type is the JSON type ("string",
  * "number", "object", "array", "boolean", "null"), NULL when absent; value is
  * a string's text or the JSON text of anything else. Valid until the request

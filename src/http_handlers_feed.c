@@ -45,7 +45,7 @@ int crier_http_feed_list(crier_http_request *r)
     long long limit;
     bool archived;
     int64_t before = 0;
-    char before_text[24], limit_text[24], next[160], head[160];
+    char before_text[24], limit_text[24];
     const char *values[5];
     PGresult *res;
     crier_http_buf out = {0};
@@ -81,25 +81,13 @@ int crier_http_feed_list(crier_http_request *r)
         return -1;
     n = PQntuples(res);
     crier_http_buf_items(&out, res, (int)limit);
-    crier_http_buf_puts(&out, ",\"next_cursor\":");
-    if (n > limit) {
-        int64_t last = strtoll(PQgetvalue(res, (int)limit - 1, 1), NULL, 10);
-        crier_http_cursor_encode(r, scope, 3, &last, 1, next, sizeof next);
-        crier_http_buf_json_string(&out, next);
-    } else {
-        crier_http_buf_puts(&out, "null");
-    }
+    crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 1, scope,
+                          3);
     /* the first page's newest item: POST /v1/feed/read-all {"cursor": head}
      * marks read what the person has been shown, not what arrived since */
-    crier_http_buf_puts(&out, ",\"head_cursor\":");
-    if (!cursor && n > 0) {
-        const char *head_scope[] = {"feed-head", user};
-        int64_t top = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-        crier_http_cursor_encode(r, head_scope, 2, &top, 1, head, sizeof head);
-        crier_http_buf_json_string(&out, head);
-    } else {
-        crier_http_buf_puts(&out, "null");
-    }
+    const char *head_scope[] = {"feed-head", user};
+    crier_http_buf_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
+                          2);
     crier_http_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);

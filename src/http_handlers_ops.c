@@ -46,7 +46,7 @@ int crier_http_dead_list(crier_http_request *r)
     const char *cursor;
     long long limit;
     int64_t pos[3] = {0, 0, 0};
-    char pos_text[3][24], limit_text[24], next[160];
+    char pos_text[3][24], limit_text[24];
     const char *values[10];
     const char *scope[] = {"dead"};
     PGresult *res;
@@ -92,17 +92,8 @@ int crier_http_dead_list(crier_http_request *r)
         return -1;
     n = PQntuples(res);
     crier_http_buf_items(&out, res, (int)limit);
-    crier_http_buf_puts(&out, ",\"next_cursor\":");
-    if (n > limit) {
-        int row = (int)limit - 1;
-        int64_t last[3];
-        for (int c = 0; c < 3; c++)
-            last[c] = strtoll(PQgetvalue(res, row, c + 1), NULL, 10);
-        crier_http_cursor_encode(r, scope, 1, last, 3, next, sizeof next);
-        crier_http_buf_json_string(&out, next);
-    } else {
-        crier_http_buf_puts(&out, "null");
-    }
+    crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 3, scope,
+                          1);
     crier_http_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);

@@ -227,9 +227,8 @@ crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const crier_
     return st;
 }
 
-/* Resumes the connections of the streams in list (linked by their flag
- * `resume` collected by the caller) outside the lock, dropping the extra
- * references taken for it. */
+/* A list of streams, each holding a reference taken when it was added: the
+ * streams to resume outside the lock, or to update. */
 typedef struct {
     crier_http_stream **v;
     size_t n, cap;
@@ -249,6 +248,8 @@ static void stream_list_add(stream_list *l, crier_http_stream *st)
     l->v[l->n++] = st;
 }
 
+/* Resumes the connections of the streams in l (outside hub->lock) and drops
+ * their references. */
 static void stream_list_resume(stream_list *l)
 {
     for (size_t i = 0; i < l->n; i++) {
