@@ -159,3 +159,15 @@ start_api() {
     [ -n "$port" ] || fail "the HTTP API did not start: $(cat "$WORK/$name.log")"
     API="http://127.0.0.1:$port"
 }
+
+# token_with_claim TOKEN CLAIM VALUE: a user token with one claim (t: tenant,
+# u: user) changed and its signature kept: what someone altering a token gets.
+token_with_claim() {
+    /usr/bin/python3 -c '
+import base64, json, sys
+head, payload, mac = sys.argv[1].split(".")
+claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+claims[sys.argv[2]] = sys.argv[3]
+p = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).decode().rstrip("=")
+print(".".join([head, p, mac]))' "$1" "$2" "$3"
+}
