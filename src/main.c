@@ -1,4 +1,5 @@
 /* main.c — the crier binary: dispatches to the subcommands. */
+#include "bench.h"
 #include "cli.h"
 #include "log.h"
 

@@ -1,6 +1,6 @@
 -- crier.nginx: what an nginx (lua-nginx-module / OpenResty) server needs to run
 -- crier rules: read a rules directory's files from disk into a generation,
--- with the same rules version the C core computes (src/rules.c), so that an
+-- with the same rules version the C core computes (src/rules/rules.c), so that an
 -- edge server can say which rules it runs. Load from init_by_lua*: the
 -- master reads the files once, the workers inherit the generation, and a
 -- broken reload (`nginx -s reload`) is refused while the old configuration
@@ -96,7 +96,7 @@ end
 -- M.version(files): the rules version of files ({ name =, source = }, in
 -- load order): hex SHA-256 over, per file, the 8-byte big-endian length of
 -- its name, the name, the 8-byte big-endian length of its source, the source
--- (as src/rules.c computes it, so `crier check` prints the same prefix).
+-- (as src/rules/rules.c computes it, so `crier check` prints the same prefix).
 function M.version(files)
     local parts = {}
     for _, f in ipairs(files) do

@@ -1,4 +1,4 @@
--- crier.runtime: what the C core (src/rules.c) and test harnesses call. It
+-- crier.runtime: what the C core (src/rules/rules.c) and test harnesses call. It
 -- loads a set of rule files into a new generation (declarations collected in
 -- the generation's own registry, every problem reported as "path:line:
 -- message"), and runs events through that generation: payload decoding and

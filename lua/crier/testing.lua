@@ -92,7 +92,7 @@ local function basename(path)
 end
 
 ---------------------------------------------------------------------------
--- Notification keys (src/keys.c): the readable key, the key hash (first 128
+-- Notification keys (src/base/keys.c): the readable key, the key hash (first 128
 -- bits of SHA-256 over a length-prefixed tuple) as a uuid, and the message id
 -- "msg_<32 hex>" that side effects carry.
 
@@ -144,7 +144,7 @@ end
 ---------------------------------------------------------------------------
 -- Reading rule files
 
--- The engine's rule (src/rules.c is_rule_file): "*.lua", not "*_spec.lua",
+-- The engine's rule (src/rules/rules.c is_rule_file): "*.lua", not "*_spec.lua",
 -- not starting with ".".
 testing.is_rule_file = nginx.is_rule_file
 

@@ -1,4 +1,4 @@
-/* test_kafka.c — tests the Kafka sender (src/kafka.c) end to end: messages
+/* test_kafka.c — tests the Kafka sender (src/channels/kafka.c) end to end: messages
  * produced through it on a libev loop are read back with a real consumer and
  * must each arrive exactly once, with key, payload and idempotency-key header
  * intact, also while partition leaders move, the leader broker goes down and

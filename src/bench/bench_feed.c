@@ -30,6 +30,7 @@
  * list of people, in alternating order from run to run, after a warm-up. */
 #define _GNU_SOURCE
 #include "base64.h"
+#include "bench.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "clock.h"

@@ -1,13 +1,10 @@
 /* bench.c — `crier bench`: benchmarks that print, from one run, the figures an
  * issue names and their ratio to a baseline measured beside them. */
+#include "bench.h"
 #include "cli.h"
 
 #include <stdio.h>
 #include <string.h>
-
-int crier_bench_fanout(int argc, char **argv);
-int crier_bench_deliver(int argc, char **argv);
-int crier_bench_feed(int argc, char **argv);
 
 static const char bench_help[] =
     "usage: crier bench fanout|deliver|feed [options]   (crier bench BENCHMARK --help)\n"

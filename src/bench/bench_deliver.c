@@ -20,6 +20,7 @@
  *      the receiver's log time of its webhook minus the time its commit
  *      returned. */
 #define _GNU_SOURCE
+#include "bench.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "clock.h"

@@ -112,7 +112,6 @@ int crier_cmd_check(int argc, char **argv);
 int crier_cmd_try(int argc, char **argv);
 int crier_cmd_cluster(int argc, char **argv);
 int crier_cmd_demo(int argc, char **argv);
-int crier_cmd_bench(int argc, char **argv);
 int crier_cmd_dead(int argc, char **argv);
 int crier_cmd_feed(int argc, char **argv);
 int crier_cmd_keys(int argc, char **argv);

@@ -3,6 +3,7 @@
  * RETURNING per batch) against a raw COPY of the same rows into an identical
  * table on the same cluster. Runs both several times, alternating, and reports
  * medians, the ratio, and the spread as a noise figure. */
+#include "bench.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "clock.h"
