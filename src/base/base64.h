@@ -1,6 +1,10 @@
 /* base64.h — standard base64 (RFC 4648 alphabet with '+' and '/': email
  * encoded words, webhook signatures, "whsec_" secrets) and base64url without
- * padding (the HTTP API's keys, user tokens and cursors). */
+ * padding (the HTTP API's keys, user tokens and cursors).
+ *
+ * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_BASE64_H
 #define CRIER_BASE64_H
 

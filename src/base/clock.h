@@ -1,5 +1,9 @@
 /* clock.h — the monotonic clock, for durations and deadlines (never for
- * timestamps that leave the process). */
+ * timestamps that leave the process).
+ *
+ * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_CLOCK_H
 #define CRIER_CLOCK_H
 

@@ -13,6 +13,9 @@
  *     "msg_" is the id carried by side effects (webhook-id, Message-ID, …);
  *   - the lock key: a signed 64-bit integer from SHA-256 of the event's natural
  *     key (tenant, event type, entity id), for pg_try_advisory_xact_lock(bigint).
+ *
+ * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
+ * Calls into: nothing of crier's.
  */
 #ifndef CRIER_KEYS_H
 #define CRIER_KEYS_H

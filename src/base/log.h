@@ -1,4 +1,8 @@
-/* log.h — leveled logging to stderr, one line per message, for every module. */
+/* log.h — leveled logging to stderr, one line per message, for every module.
+ *
+ * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_LOG_H
 #define CRIER_LOG_H
 

@@ -1,5 +1,9 @@
 /* strbuf.h — a growable byte buffer reused across batches: strings are appended
- * and referred to by offset (the buffer may move when it grows). */
+ * and referred to by offset (the buffer may move when it grows).
+ *
+ * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_STRBUF_H
 #define CRIER_STRBUF_H
 

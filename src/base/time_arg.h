@@ -1,5 +1,9 @@
 /* time_arg.h — a point in time as a person gives it on a filter (crier dead
- * --since, GET /v1/dead?since=): a duration ago or a timestamp. */
+ * --since, GET /v1/dead?since=): a duration ago or a timestamp.
+ *
+ * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_TIME_ARG_H
 #define CRIER_TIME_ARG_H
 

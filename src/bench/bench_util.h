@@ -1,7 +1,11 @@
 /* bench_util.h — what the benchmarks (crier bench fanout|deliver|feed) share:
  * clocks and the machine's load, one-shot SQL, medians and quantiles, child
  * processes (nginx, crier serve) with their logs, free ports, files. Errors
- * are printed as `crier bench: …`. */
+ * are printed as `crier bench: …`.
+ *
+ * Layer: bench (src/bench/), may use cli and every layer below it.
+ * Calls into: cli (cli), clock (base), database (pg), migrate (pg).
+ */
 #ifndef CRIER_BENCH_UTIL_H
 #define CRIER_BENCH_UTIL_H
 

@@ -1,7 +1,11 @@
 /* curl_ev.h — libcurl's multi interface driven by a libev loop: one ev_io per
  * socket curl asks about, one ev_timer for curl's timeout, completions handed
  * to the owner from the loop. Shared by the channels that speak through
- * libcurl (webhook, email). */
+ * libcurl (webhook, email).
+ *
+ * Layer: channels (src/channels/), may use base.
+ * Calls into: log (base).
+ */
 #ifndef CRIER_CURL_EV_H
 #define CRIER_CURL_EV_H
 

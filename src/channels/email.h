@@ -2,7 +2,11 @@
  * (deterministic Message-ID and boundary from the notification key, RFC 2047
  * headers, quoted-printable parts) and submits it over SMTP through libcurl's
  * multi interface, driven by a libev loop (socket and timer callbacks; never
- * curl_easy_perform). */
+ * curl_easy_perform).
+ *
+ * Layer: channels (src/channels/), may use base.
+ * Calls into: base64 (base), clock (base), curl_ev, log (base).
+ */
 #ifndef CRIER_EMAIL_H
 #define CRIER_EMAIL_H
 

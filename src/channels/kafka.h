@@ -10,7 +10,11 @@
  * only from sending it again after a possibly_delivered result, or through a
  * new producer after a fatal error. (librdkafka's mock cluster checks sequence
  * numbers for transactional producers only, so it does store such retries
- * twice: see tests/unit/test_kafka.c.) */
+ * twice: see tests/unit/test_kafka.c.)
+ *
+ * Layer: channels (src/channels/), may use base.
+ * Calls into: clock (base), log (base).
+ */
 #ifndef CRIER_KAFKA_H
 #define CRIER_KAFKA_H
 

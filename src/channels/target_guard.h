@@ -2,7 +2,11 @@
  * address a channel is about to connect to (public, loopback, private,
  * link-local, special-purpose) and decides, against an allow mask, whether the
  * connection may go ahead; parses the "loopback,private,link-local" allow list
- * of --allow-targets / CRIER_ALLOW_TARGETS. Pure functions: no I/O, no DNS. */
+ * of --allow-targets / CRIER_ALLOW_TARGETS. Pure functions: no I/O, no DNS.
+ *
+ * Layer: channels (src/channels/), may use base.
+ * Calls into: log (base).
+ */
 #ifndef CRIER_TARGET_GUARD_H
 #define CRIER_TARGET_GUARD_H
 

@@ -4,7 +4,11 @@
  * webhook-timestamp, webhook-signature: v1,<base64 HMAC-SHA256 of "id.ts.body">,
  * one per secret while a secret is rotated). Only http and https, no
  * redirects, and every address it connects to passes the SSRF guard
- * (target_guard.h) unless allow_targets opens it. */
+ * (target_guard.h) unless allow_targets opens it.
+ *
+ * Layer: channels (src/channels/), may use base.
+ * Calls into: base64 (base), clock (base), curl_ev, log (base), target_guard.
+ */
 #ifndef CRIER_WEBHOOK_H
 #define CRIER_WEBHOOK_H
 

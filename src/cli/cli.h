@@ -1,6 +1,10 @@
 /* cli.h — what every subcommand shares: the common flags (database, data
  * directory, rules, settings), their environment fallbacks, and the commands'
- * entry points (each returns the process exit status). */
+ * entry points (each returns the process exit status).
+ *
+ * Layer: cli (src/cli/), may use engine, api and every layer below them.
+ * Calls into: database (pg), rules (rules).
+ */
 #ifndef CRIER_CLI_H
 #define CRIER_CLI_H
 

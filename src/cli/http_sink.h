@@ -1,6 +1,10 @@
 /* http_sink.h — a local HTTP receiver on loopback (libmicrohttpd, its own
  * thread) that answers every POST with 204 and records each request's
- * webhook-id: the demo's receiver and the benchmarks' sink. */
+ * webhook-id: the demo's receiver and the benchmarks' sink.
+ *
+ * Layer: cli (src/cli/), may use engine, api and every layer below them.
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_HTTP_SINK_H
 #define CRIER_HTTP_SINK_H
 

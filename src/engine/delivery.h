@@ -4,7 +4,11 @@
  * (webhook, email, kafka), extends the leases of sends still in flight, and
  * writes results back in batches (crier.complete_deliveries: one statement per
  * batch that records every attempt, schedules retries, and keeps endpoint
- * health — pause after a run of failures, probe, resume, disable). */
+ * health — pause after a run of failures, probe, resume, disable).
+ *
+ * Layer: engine (src/engine/), may use pg, rules, channels, base.
+ * Calls into: email (channels), kafka (channels), log (base), pg_array (pg), pg_async (pg), strbuf (base), webhook (channels).
+ */
 #ifndef CRIER_DELIVERY_H
 #define CRIER_DELIVERY_H
 

@@ -3,7 +3,11 @@
  * LISTEN/NOTIFY with a slow poll as fallback, with signal handling (TERM/INT:
  * graceful stop; HUP: rules reload as a new generation) and a watch on the
  * rules directory (inotify) that reloads on change; what runs is recorded in
- * crier.rules_status. */
+ * crier.rules_status.
+ *
+ * Layer: engine (src/engine/), may use pg, rules, channels, base.
+ * Calls into: delivery, fanout, log (base), rules (rules), rules_query (rules), webhook (channels).
+ */
 #ifndef CRIER_ENGINE_H
 #define CRIER_ENGINE_H
 

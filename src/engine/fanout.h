@@ -2,7 +2,11 @@
  * (FOR UPDATE SKIP LOCKED), guards each logical event with an advisory lock on
  * its natural key, runs the rules, computes notification keys, and in the same
  * transaction inserts the batch's notifications with one unnest statement
- * (ON CONFLICT DO NOTHING RETURNING) plus deliveries for the new rows only. */
+ * (ON CONFLICT DO NOTHING RETURNING) plus deliveries for the new rows only.
+ *
+ * Layer: engine (src/engine/), may use pg, rules, channels, base.
+ * Calls into: keys (base), log (base), pg_array (pg), pg_async (pg), rules (rules), strbuf (base).
+ */
 #ifndef CRIER_FANOUT_H
 #define CRIER_FANOUT_H
 

@@ -1,6 +1,10 @@
 /* database.h — which PostgreSQL a command uses: --database, else
  * CRIER_DATABASE_URL, else the embedded default (a private cluster under a data
- * directory, started on demand and stopped again by whoever started it). */
+ * directory, started on demand and stopped again by whoever started it).
+ *
+ * Layer: pg (src/pg/), may use base.
+ * Calls into: log (base), pg_cluster.
+ */
 #ifndef CRIER_DATABASE_H
 #define CRIER_DATABASE_H
 

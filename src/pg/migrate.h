@@ -1,5 +1,9 @@
 /* migrate.h — versioned schema migrations (sql/NNN_*.sql, embedded at build time),
- * applied in order under an advisory lock so that concurrent runs are safe. */
+ * applied in order under an advisory lock so that concurrent runs are safe.
+ *
+ * Layer: pg (src/pg/), may use base.
+ * Calls into: log (base).
+ */
 #ifndef CRIER_MIGRATE_H
 #define CRIER_MIGRATE_H
 

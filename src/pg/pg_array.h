@@ -2,7 +2,11 @@
  * format (what array_recv reads) for unnest() parameters, so a whole batch
  * travels as one parameter per column of one statement, with no text escaping
  * on our side and no text parsing on the server's; and the parameter set of
- * one statement (text values beside binary arrays). */
+ * one statement (text values beside binary arrays).
+ *
+ * Layer: pg (src/pg/), may use base.
+ * Calls into: nothing of crier's.
+ */
 #ifndef CRIER_PG_ARRAY_H
 #define CRIER_PG_ARRAY_H
 

@@ -1,6 +1,10 @@
 /* pg_async.h — one nonblocking libpq connection on a libev loop: one query in
  * flight at a time (PQsendQueryParams, PQflush, PQconsumeInput, PQisBusy), its
- * result handed to a callback, and LISTEN/NOTIFY notifications to another. */
+ * result handed to a callback, and LISTEN/NOTIFY notifications to another.
+ *
+ * Layer: pg (src/pg/), may use base.
+ * Calls into: log (base), pg_array.
+ */
 #ifndef CRIER_PG_ASYNC_H
 #define CRIER_PG_ASYNC_H
 

@@ -1,7 +1,11 @@
 /* pg_cluster.h — a private PostgreSQL cluster under a data directory (the embedded
  * default, and the throwaway cluster of tests, demo and bench): initdb on first use,
  * start on a unix socket only, stop. Works as root by running the server as an
- * unprivileged user (postgres). */
+ * unprivileged user (postgres).
+ *
+ * Layer: pg (src/pg/), may use base.
+ * Calls into: log (base).
+ */
 #ifndef CRIER_PG_CLUSTER_H
 #define CRIER_PG_CLUSTER_H
 

@@ -1,6 +1,10 @@
 /* rules.h — one generation of Lua rules: a lua_State with the crier library and
  * every rule file of a rules directory loaded and validated, and the call that
- * runs one event through them to produce its fan-out plan. */
+ * runs one event through them to produce its fan-out plan.
+ *
+ * Layer: rules (src/rules/), may use base.
+ * Calls into: log (base).
+ */
 #ifndef CRIER_RULES_H
 #define CRIER_RULES_H
 

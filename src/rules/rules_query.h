@@ -2,7 +2,11 @@
  * read-only PostgreSQL connection of its own (opened on first use): every
  * statement in a READ ONLY transaction that is rolled back, with a statement
  * timeout. The SQL text comes from the rules (fixed when they load); event data
- * arrives only as parameters. */
+ * arrives only as parameters.
+ *
+ * Layer: rules (src/rules/), may use base.
+ * Calls into: log (base).
+ */
 #ifndef CRIER_RULES_QUERY_H
 #define CRIER_RULES_QUERY_H
 
