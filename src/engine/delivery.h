@@ -7,7 +7,8 @@
  * health — pause after a run of failures, probe, resume, disable).
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: email (channels), kafka (channels), log (base), pg_array (pg), pg_async (pg), strbuf (base), webhook (channels).
+ * Calls into: email, kafka, webhook (channels), log, strbuf (base), pg_array,
+ * pg_async (pg).
  */
 #ifndef CRIER_DELIVERY_H
 #define CRIER_DELIVERY_H
