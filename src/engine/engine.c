@@ -3,6 +3,7 @@
 
 #include "log.h"
 #include "rules_query.h"
+#include "rules_reload.h"
 
 #include <ev.h>
 #include <limits.h>
@@ -35,9 +36,7 @@ typedef struct {
     int inotify_fd;
     ev_io inotify_w;
     ev_timer reload_debounce;
-    char version[65];
-    int reloads_ok, reloads_failed;
-    char last_error[2048];
+    crier_rules_reloader reloader; /* the rules' source, version, counters, last error */
     bool status_dirty, status_error_dirty;
     char worker[300], loaded_at[40], error_at[40], ok_text[16], failed_text[16];
     crier_pg_params status_params;
@@ -53,10 +52,10 @@ static const char SQL_STATUS[] =
     "    reloads_failed = EXCLUDED.reloads_failed, last_error = EXCLUDED.last_error,"
     "    last_error_at = EXCLUDED.last_error_at, updated_at = now()";
 
-static void engine_now_text(char *out, size_t len)
+/* Formats t as a timestamptz literal in UTC. */
+static void engine_time_text(time_t t, char *out, size_t len)
 {
     char buf[40];
-    time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S+00", &tm);
@@ -83,17 +82,20 @@ static void engine_write_status(engine *e)
     if (!e->status_dirty || !crier_pg_idle(e->pg_listen))
         return;
     crier_pg_params *p = &e->status_params;
+    const crier_rules_reloader *rl = &e->reloader;
     crier_pg_params_reset(p);
-    snprintf(e->ok_text, sizeof e->ok_text, "%d", e->reloads_ok);
-    snprintf(e->failed_text, sizeof e->failed_text, "%d", e->reloads_failed);
+    snprintf(e->ok_text, sizeof e->ok_text, "%d", rl->reloads_ok);
+    snprintf(e->failed_text, sizeof e->failed_text, "%d", rl->reloads_failed);
+    engine_time_text(rl->loaded_at, e->loaded_at, sizeof e->loaded_at);
+    engine_time_text(rl->error_at, e->error_at, sizeof e->error_at);
     crier_pg_params_text(p, e->worker);
     crier_pg_params_text(p, e->cfg->rules_dir);
-    crier_pg_params_text(p, e->version);
+    crier_pg_params_text(p, rl->version);
     crier_pg_params_text(p, e->loaded_at);
     crier_pg_params_text(p, e->ok_text);
     crier_pg_params_text(p, e->failed_text);
-    crier_pg_params_text(p, e->last_error[0] ? e->last_error : NULL);
-    crier_pg_params_text(p, e->last_error[0] ? e->error_at : NULL);
+    crier_pg_params_text(p, rl->last_error[0] ? rl->last_error : NULL);
+    crier_pg_params_text(p, rl->last_error[0] ? e->error_at : NULL);
     if (crier_pg_query(e->pg_listen, SQL_STATUS, p, engine_on_status_written, e) == 0)
         e->status_dirty = false;
 }
@@ -225,46 +227,33 @@ static void engine_stop(engine *e)
     ev_timer_start(e->loop, &e->deadline);
 }
 
-/* Loads the rules directory as a new generation and hands it to the fan-out,
- * which swaps it in between batches (in-flight work finishes on the old one).
- * A broken version is rejected and the running one kept; an unchanged one is
- * ignored. */
+/* Loads the rules directory as a new generation (rules_reload.c) and hands it
+ * to the fan-out, which swaps it in between batches (in-flight work finishes
+ * on the old one). A broken version is rejected and the running one kept; an
+ * unchanged one is ignored. */
 static void engine_reload(engine *e, const char *why)
 {
-    char err[8192];
     const crier_engine_config *cfg = e->cfg;
-    crier_rules *rules =
-        crier_rules_load(cfg->lua_dir, cfg->rules_dir, cfg->settings, cfg->n_settings, err, sizeof err);
-    if (!rules) {
-        e->reloads_failed++;
-        snprintf(e->last_error, sizeof e->last_error, "%.2000s", err);
-        engine_now_text(e->error_at, sizeof e->error_at);
+    crier_rules *rules;
+    bool had_error = e->reloader.last_error[0] != '\0';
+
+    switch (crier_rules_reloader_reload(&e->reloader, "the engine", why, &rules)) {
+    case CRIER_RELOAD_FAILED:
         e->status_dirty = true;
-        crier_error("rules", "reload (%s) rejected, version %.12s keeps running:\n%s", why, e->version, err);
-        engine_write_status(e);
-        return;
+        break;
+    case CRIER_RELOAD_UNCHANGED:
+        e->status_dirty = e->status_dirty || had_error; /* a broken edit was reverted */
+        break;
+    case CRIER_RELOAD_NEW:
+        e->status_dirty = true;
+        crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why,
+                   e->reloader.version);
+        crier_fanout_set_rules(e->fanout, rules);
+        if (cfg->on_rules_reloaded)
+            cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->reloader.version);
+        break;
     }
-    if (!strcmp(crier_rules_version(rules), e->version)) {
-        crier_debug("rules", "reload (%s): version %.12s unchanged", why, e->version);
-        crier_rules_free(rules);
-        if (e->last_error[0]) { /* a broken edit was reverted */
-            e->last_error[0] = '\0';
-            e->status_dirty = true;
-            engine_write_status(e);
-        }
-        return;
-    }
-    e->reloads_ok++;
-    crier_rules_set_query(rules, crier_rules_query_run, e->query);
-    snprintf(e->version, sizeof e->version, "%s", crier_rules_version(rules));
-    engine_now_text(e->loaded_at, sizeof e->loaded_at);
-    e->last_error[0] = '\0';
-    e->status_dirty = true;
-    crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why, e->version);
-    crier_fanout_set_rules(e->fanout, rules);
     engine_write_status(e);
-    if (cfg->on_rules_reloaded)
-        cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->version);
 }
 
 static void engine_reload_debounce_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -350,18 +339,23 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         snprintf(err, err_len, "cannot create the event loop");
         return -1;
     }
-    rules = crier_rules_load(cfg->lua_dir, cfg->rules_dir, cfg->settings, cfg->n_settings, err, err_len);
-    if (!rules)
-        return -1;
-    crier_info("rules", "loaded %s: version %.12s", cfg->rules_dir, crier_rules_version(rules));
-    snprintf(e.version, sizeof e.version, "%s", crier_rules_version(rules));
-    engine_now_text(e.loaded_at, sizeof e.loaded_at);
     e.query = crier_rules_query_new(cfg->conninfo, 0);
     if (!e.query) {
         snprintf(err, err_len, "out of memory");
-        goto out;
+        return -1;
     }
-    crier_rules_set_query(rules, crier_rules_query_run, e.query);
+    e.reloader = (crier_rules_reloader){.lua_dir = cfg->lua_dir,
+                                        .rules_dir = cfg->rules_dir,
+                                        .settings = cfg->settings,
+                                        .n_settings = cfg->n_settings,
+                                        .query_fn = crier_rules_query_run,
+                                        .query_ud = e.query};
+    rules = crier_rules_reloader_load(&e.reloader, err, err_len);
+    if (!rules) {
+        crier_rules_query_free(e.query);
+        return -1;
+    }
+    crier_info("rules", "loaded %s: version %.12s", cfg->rules_dir, e.reloader.version);
     {
         char host[256] = "localhost";
         gethostname(host, sizeof host - 1);
