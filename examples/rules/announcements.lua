@@ -10,7 +10,9 @@
 -- no stored preference can mute it.
 --
 -- The queries only run when such an event is emitted: loading these rules
--- (crier check, crier serve) needs no app.members table.
+-- (crier check, crier serve) needs no app.members table. They run as the
+-- unprivileged role crier_rules, which reads only what you grant it:
+--   GRANT USAGE ON SCHEMA app TO crier_rules; GRANT SELECT ON app.members TO crier_rules;
 -- Settings: announcements_webhook_url (the in-app bridge), announcements_from
 -- (the sender address).
 local crier = require "crier"

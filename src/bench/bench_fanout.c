@@ -234,8 +234,8 @@ int crier_bench_fanout(int argc, char **argv)
         goto out;
     }
     snprintf(conninfo, sizeof conninfo, "%s", db.conninfo);
-    if (db.embedded) {
-        conn = PQconnectdb(db.conninfo);
+    if (db.embedded) { /* as the superuser: the benchmarks load extensions and reset statistics */
+        conn = PQconnectdb(db.admin_conninfo);
         if (PQstatus(conn) != CONNECTION_OK || crier_bench_exec(conn, "SET client_min_messages = warning") < 0 ||
             crier_bench_exec(conn, "DROP DATABASE IF EXISTS crier_bench WITH (FORCE)") < 0 ||
             crier_bench_exec(conn, "CREATE DATABASE crier_bench") < 0) {
@@ -244,7 +244,7 @@ int crier_bench_fanout(int argc, char **argv)
         }
         PQfinish(conn);
         conn = NULL;
-        snprintf(conninfo, sizeof conninfo, "%s dbname=crier_bench", db.conninfo);
+        snprintf(conninfo, sizeof conninfo, "%s dbname=crier_bench", db.admin_conninfo);
     }
     if (crier_migrate_run(conninfo, NULL, err, sizeof err) < 0) {
         crier_cli_error("bench", "%s", err);

@@ -61,8 +61,8 @@ int crier_bench_open_database(const char *database, const char *data_dir, crier_
         return -1;
     }
     snprintf(conninfo, len, "%s", db->conninfo);
-    if (db->embedded) {
-        PGconn *admin = PQconnectdb(db->conninfo);
+    if (db->embedded) { /* as the superuser: the benchmarks load extensions and reset statistics */
+        PGconn *admin = PQconnectdb(db->admin_conninfo);
         snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_database WHERE datname = '%s'", dbname);
         int ok = PQstatus(admin) == CONNECTION_OK &&
                  crier_bench_exec(admin, "SET client_min_messages = warning") == 0 &&
@@ -82,7 +82,7 @@ int crier_bench_open_database(const char *database, const char *data_dir, crier_
         PQfinish(admin);
         if (!ok)
             return -1;
-        snprintf(conninfo, len, "%s dbname=%s", db->conninfo, dbname);
+        snprintf(conninfo, len, "%s dbname=%s", db->admin_conninfo, dbname);
     }
     if (crier_migrate_run(conninfo, NULL, err, sizeof err) < 0) {
         crier_cli_error("bench", "%s%s", err,

@@ -81,6 +81,12 @@ static int cli_option(crier_cli *cli, int opt, const char *arg)
     case CLI_OPT_DATA_DIR:
         cli->data_dir = arg;
         return 1;
+    case CLI_OPT_RULES_DATABASE:
+        cli->rules_database = arg;
+        return 1;
+    case CLI_OPT_ALLOW_PRIVILEGED_RULE_QUERIES:
+        cli->allow_privileged_rule_queries = true;
+        return 1;
     case CLI_OPT_RULES:
         cli->rules_dir = arg;
         return 1;
@@ -97,6 +103,11 @@ static int cli_option(crier_cli *cli, int opt, const char *arg)
     default:
         return 0;
     }
+}
+
+crier_rules_query_role crier_cli_rule_query_role(const crier_cli *cli)
+{
+    return cli->allow_privileged_rule_queries ? CRIER_RULES_QUERY_ALLOW_PRIVILEGED : CRIER_RULES_QUERY_UNPRIVILEGED;
 }
 
 void crier_cli_free(crier_cli *cli)

@@ -10,6 +10,7 @@
 
 #include "database.h"
 #include "rules.h"
+#include "rules_query.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -24,6 +25,8 @@ enum {
     CLI_OPT_CONFIG,
     CLI_OPT_SET,
     CLI_OPT_HELP,
+    CLI_OPT_RULES_DATABASE,
+    CLI_OPT_ALLOW_PRIVILEGED_RULE_QUERIES,
 };
 
 /* The long options every subcommand accepts; put CLI_COMMON_OPTIONS first in
@@ -47,8 +50,26 @@ enum {
     "                     set = { url = \"…\" }); flags given here win (also CRIER_CONFIG)\n"   \
     "  --help             this text\n"
 
+/* The options of the commands that run rule queries (serve, try): put
+ * CLI_RULE_QUERY_OPTIONS after CLI_COMMON_OPTIONS and CLI_RULE_QUERY_HELP in
+ * the help. */
+#define CLI_RULE_QUERY_OPTIONS                                                                     \
+    {"rules-database", required_argument, NULL, CLI_OPT_RULES_DATABASE},                          \
+        {"allow-privileged-rule-queries", no_argument, NULL, CLI_OPT_ALLOW_PRIVILEGED_RULE_QUERIES}
+
+#define CLI_RULE_QUERY_HELP                                                                        \
+    "  --rules-database URL  the connection of the rules' queries (crier.query), as an\n"          \
+    "                     unprivileged role that reads only what you grant it (default:\n"       \
+    "                     $CRIER_RULES_DATABASE_URL, else the database as role crier_rules,\n"  \
+    "                     which crier migrate creates: GRANT it your tables)\n"                \
+    "  --allow-privileged-rule-queries  run rule queries even when their role is a\n"          \
+    "                     superuser or may read files, run programs or crier's own\n"          \
+    "                     tables (refused otherwise)\n"
+
 typedef struct {
     const char *database;
+    const char *rules_database;        /* --rules-database (NULL: the default) */
+    bool allow_privileged_rule_queries; /* --allow-privileged-rule-queries */
     const char *data_dir;
     const char *rules_dir;
     const char *lua_dir;
@@ -98,6 +119,9 @@ int crier_cli_duration(const char *cmd, const char *name, const char *arg, doubl
 /* Reads a whole file ("-": standard input) into a NUL-terminated buffer the
  * caller frees. NULL with errno set on failure. */
 char *crier_cli_read_file(const char *path);
+
+/* What the rules' queries' role may be, per --allow-privileged-rule-queries. */
+crier_rules_query_role crier_cli_rule_query_role(const crier_cli *cli);
 
 /* Frees setting storage. */
 void crier_cli_free(crier_cli *cli);

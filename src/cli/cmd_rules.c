@@ -68,7 +68,8 @@ static const char try_help[] =
     "with fake rows for the rules' queries (then used instead of the database) and\n"
     "\"cursor\": \"…\" to show a later page of a paged audience.\n"
     "\noptions:\n"
-    "  --no-db            use no database (queries need \"queries\" in EVENT.json)\n" CLI_COMMON_HELP;
+    "  --no-db            use no database (queries need \"queries\" in EVENT.json)\n" CLI_RULE_QUERY_HELP
+    CLI_COMMON_HELP;
 
 typedef struct {
     char *tenant, *type, *entity, *payload;
@@ -250,6 +251,7 @@ static bool try_has_database(const crier_cli *cli)
 int crier_cmd_try(int argc, char **argv)
 {
     static const struct option options[] = {CLI_COMMON_OPTIONS,
+                                            CLI_RULE_QUERY_OPTIONS,
                                             {"tenant", required_argument, NULL, 't'},
                                             {"type", required_argument, NULL, 'y'},
                                             {"entity", required_argument, NULL, 'e'},
@@ -261,6 +263,7 @@ int crier_cmd_try(int argc, char **argv)
     crier_rules *rules = NULL;
     crier_plan plan = {0};
     crier_rules_query *query = NULL;
+    crier_rules_query *prefs = NULL; /* crier's own role, read-only: the stored preferences */
     crier_database db;
     bool db_open = false;
     char err[16384];
@@ -311,9 +314,14 @@ int crier_cmd_try(int argc, char **argv)
             goto out;
         }
         db_open = true;
-        query = crier_rules_query_new(db.conninfo, 0);
+        if (crier_database_rules(&db, cli.rules_database, err, sizeof err) < 0) {
+            crier_cli_error("try", "--rules-database: %s", err);
+            goto out;
+        }
+        query = crier_rules_query_new(db.rules_conninfo, 0, crier_cli_rule_query_role(&cli));
         if (query)
             crier_rules_set_query(rules, crier_rules_query_run, query);
+        prefs = crier_rules_query_new(db.conninfo, 0, CRIER_RULES_QUERY_CRIER_OWN);
     }
     crier_rule_event rev = {.id = 0, .tenant = ev.tenant, .event_type = ev.type, .entity_id = ev.entity,
                             .payload_json = ev.payload, .cursor = ev.cursor, .slot = 0};
@@ -321,10 +329,11 @@ int crier_cmd_try(int argc, char **argv)
         crier_cli_error("try", "%s", err);
         goto out;
     }
-    try_print_plan(&ev, &plan, rules, ev.queries ? NULL : query);
+    try_print_plan(&ev, &plan, rules, ev.queries ? NULL : prefs);
     rc = 0;
 out:
     crier_rules_query_free(query);
+    crier_rules_query_free(prefs);
     if (db_open)
         crier_database_close(&db);
     free(ev.queries);

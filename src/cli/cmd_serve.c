@@ -5,6 +5,7 @@
 #include "http_api.h"
 #include "log.h"
 #include "migrate.h"
+#include "rules_query.h"
 #include "target_guard.h"
 
 #include <stdio.h>
@@ -22,7 +23,7 @@ static const char serve_help[] =
     "deploy) and on SIGHUP; a broken version is rejected, logged with file:line and\n"
     "shown by crier status, and the running one kept.\n"
     "\n"
-    "options:\n" CLI_COMMON_HELP
+    "options:\n" CLI_COMMON_HELP CLI_RULE_QUERY_HELP
     "  --batch-size N         events per fan-out transaction (default 500)\n"
     "  --delivery-batch N     deliveries per claim (default 200)\n"
     "  --event-attempts N     rule runs of a failing event before it is quarantined\n"
@@ -202,9 +203,41 @@ static int serve_option(void *ud, int opt, const char *arg)
     return -1;
 }
 
+/* Resolves the rules' queries' connection and checks its role before
+ * anything runs: a privileged role is refused (unless
+ * --allow-privileged-rule-queries: then warned about), an unreachable one is
+ * warned about (only rules that query need it). Returns 0, or -1 after
+ * printing why serve cannot start. */
+static int serve_check_rule_queries(const crier_cli *cli, crier_database *db)
+{
+    char err[2048];
+    crier_rules_query *q;
+    int rc;
+
+    if (crier_database_rules(db, cli->rules_database, err, sizeof err) < 0) {
+        crier_cli_error("serve", "--rules-database: %s", err);
+        return -1;
+    }
+    q = crier_rules_query_new(db->rules_conninfo, 0, crier_cli_rule_query_role(cli));
+    if (!q) {
+        crier_cli_error("serve", "out of memory");
+        return -1;
+    }
+    rc = crier_rules_query_check(q, err, sizeof err);
+    crier_rules_query_free(q);
+    if (rc == CRIER_RULES_QUERY_PRIVILEGED) {
+        crier_cli_error("serve", "%s", err);
+        return -1;
+    }
+    if (rc == CRIER_RULES_QUERY_UNREACHABLE)
+        crier_warn("serve", "rules that query the database will fail until this is fixed: %s", err);
+    return 0;
+}
+
 int crier_cmd_serve(int argc, char **argv)
 {
     static const struct option options[] = {CLI_COMMON_OPTIONS,
+                                            CLI_RULE_QUERY_OPTIONS,
                                             {"batch-size", required_argument, NULL, 'b'},
                                             {"delivery-batch", required_argument, NULL, 'd'},
                                             {"max-inflight", required_argument, NULL, 'm'},
@@ -276,7 +309,13 @@ int crier_cmd_serve(int argc, char **argv)
         crier_database_close(&db);
         goto out;
     }
+    if (serve_check_rule_queries(&cli, &db) < 0) {
+        crier_database_close(&db);
+        goto out;
+    }
     cfg->conninfo = db.conninfo;
+    cfg->rules_conninfo = db.rules_conninfo;
+    cfg->allow_privileged_rule_queries = cli.allow_privileged_rule_queries;
     cfg->lua_dir = cli.lua_dir;
     cfg->rules_dir = cli.rules_dir;
     cfg->settings = cli.settings;

@@ -65,16 +65,6 @@ static int demo_emit(PGconn *conn, int attempt, size_t from, size_t to)
     return 0;
 }
 
-static int demo_exec(PGconn *conn, const char *sql)
-{
-    PGresult *res = PQexec(conn, sql);
-    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
-    if (!ok)
-        crier_cli_error("demo", "%s", PQresultErrorMessage(res));
-    PQclear(res);
-    return ok ? 0 : -1;
-}
-
 /* Prints the alerts per person and invoice; returns 0 when each is exactly 1. */
 static int demo_report(PGconn *conn, crier_http_sink *sink)
 {
@@ -121,8 +111,8 @@ int crier_cmd_demo(int argc, char **argv)
     crier_cli cli;
     crier_database db = {0};
     crier_http_sink *sink = NULL;
-    PGconn *admin = NULL, *conn = NULL;
-    char err[16384], url[256], conninfo[2400], setting[300];
+    PGconn *conn = NULL;
+    char err[16384], url[256], conninfo[2400], rules_conninfo[2400], setting[300];
     crier_engine_stats stats[2];
     int rc = 1;
 
@@ -147,16 +137,11 @@ int crier_cmd_demo(int argc, char **argv)
         goto out;
     }
     printf("embedded PostgreSQL: %s\n", db.data_dir);
-    admin = PQconnectdb(db.conninfo);
-    if (PQstatus(admin) != CONNECTION_OK) {
-        crier_cli_error("demo", "cannot connect: %s", PQerrorMessage(admin));
+    /* a fresh database owned by the service role: the demo, like serve, never works as the superuser */
+    if (crier_database_create(&db, "crier_demo", true, conninfo, sizeof conninfo, err, sizeof err) < 0) {
+        crier_cli_error("demo", "%s", err);
         goto out;
     }
-    if (demo_exec(admin, "SET client_min_messages = warning") < 0 ||
-        demo_exec(admin, "DROP DATABASE IF EXISTS crier_demo WITH (FORCE)") < 0 ||
-        demo_exec(admin, "CREATE DATABASE crier_demo") < 0)
-        goto out;
-    snprintf(conninfo, sizeof conninfo, "%s dbname=crier_demo", db.conninfo);
     if (crier_migrate_run(conninfo, stdout, err, sizeof err) < 0) {
         crier_cli_error("demo", "%s", err);
         goto out;
@@ -176,8 +161,14 @@ int crier_cmd_demo(int argc, char **argv)
     crier_cli_set(&cli, setting);
     printf("webhook receiver: %s\n", url);
 
+    if (crier_database_conninfo_as(conninfo, CRIER_RULES_ROLE, NULL, rules_conninfo, sizeof rules_conninfo, err,
+                                   sizeof err) < 0) {
+        crier_cli_error("demo", "%s", err);
+        goto out;
+    }
     crier_engine_config cfg = {
         .conninfo = conninfo,
+        .rules_conninfo = rules_conninfo,
         .lua_dir = cli.lua_dir,
         .rules_dir = cli.rules_dir,
         .settings = cli.settings,
@@ -227,8 +218,6 @@ out:
     crier_http_sink_stop(sink);
     if (conn)
         PQfinish(conn);
-    if (admin)
-        PQfinish(admin);
     crier_database_close(&db);
     crier_cli_free(&cli);
     return rc;

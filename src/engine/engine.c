@@ -339,16 +339,20 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         snprintf(err, err_len, "cannot create the event loop");
         return -1;
     }
-    e.query = crier_rules_query_new(cfg->conninfo, 0);
-    if (!e.query) {
-        snprintf(err, err_len, "out of memory");
-        return -1;
+    if (cfg->rules_conninfo) {
+        e.query = crier_rules_query_new(cfg->rules_conninfo, 0,
+                                        cfg->allow_privileged_rule_queries ? CRIER_RULES_QUERY_ALLOW_PRIVILEGED
+                                                                           : CRIER_RULES_QUERY_UNPRIVILEGED);
+        if (!e.query) {
+            snprintf(err, err_len, "out of memory");
+            return -1;
+        }
     }
     e.reloader = (crier_rules_reloader){.lua_dir = cfg->lua_dir,
                                         .rules_dir = cfg->rules_dir,
                                         .settings = cfg->settings,
                                         .n_settings = cfg->n_settings,
-                                        .query_fn = crier_rules_query_run,
+                                        .query_fn = e.query ? crier_rules_query_run : NULL,
                                         .query_ud = e.query};
     rules = crier_rules_reloader_load(&e.reloader, err, err_len);
     if (!rules) {

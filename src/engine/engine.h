@@ -21,6 +21,10 @@
 
 typedef struct {
     const char *conninfo;
+    /* the rules' queries' connection (crier_database_rules: an unprivileged
+     * role); NULL: the rules have no database (a rule that queries fails) */
+    const char *rules_conninfo;
+    bool allow_privileged_rule_queries; /* run them even as a privileged role (warned) */
     const char *lua_dir;
     const char *rules_dir;
     const crier_setting *settings;

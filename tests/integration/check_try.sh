@@ -66,7 +66,8 @@ echo "$out" | grep -q 'crier.query "org_page": no database is available here' ||
 # With a database: the query runs read-only, stored preferences show, nothing changes.
 new_db
 sql "CREATE SCHEMA app; CREATE TABLE app.members (org text, user_id text);
-     INSERT INTO app.members VALUES ('acme', 'al'), ('acme', 'bo'), ('globex', 'zed')" >/dev/null
+     INSERT INTO app.members VALUES ('acme', 'al'), ('acme', 'bo'), ('globex', 'zed');
+     GRANT USAGE ON SCHEMA app TO crier_rules; GRANT SELECT ON app.members TO crier_rules" >/dev/null
 sql "SELECT crier.set_preference('acme', 'bo', 'org.news', '*', false)" >/dev/null
 before=$(sql "SELECT (SELECT count(*) FROM crier.events) || '/' || (SELECT count(*) FROM crier.notifications)")
 out=$("$CRIER_BIN" try --rules "$WORK/paged" --tenant acme --type org.news --entity n1 --payload '{"org":"acme"}') ||

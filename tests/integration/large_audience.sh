@@ -11,7 +11,8 @@ N=${AUDIENCE:-200000}
 sql "CREATE SCHEMA app; CREATE TABLE app.members (org text NOT NULL, user_id text NOT NULL, PRIMARY KEY (org, user_id));
      INSERT INTO app.members SELECT 'acme', 'u' || lpad(i::text, 8, '0') FROM generate_series(1, $N) AS i;
      INSERT INTO app.members SELECT 'globex', 'g' || i FROM generate_series(1, 10) AS i;
-     ANALYZE app.members" >/dev/null
+     ANALYZE app.members;
+     GRANT USAGE ON SCHEMA app TO crier_rules; GRANT SELECT ON app.members TO crier_rules" >/dev/null
 mkdir -p "$WORK/rules"
 cat >"$WORK/rules/rules.lua" <<'LUA'
 local crier = require "crier"
