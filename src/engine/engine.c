@@ -1,6 +1,7 @@
 /* engine.c — wires the loop, connections, workers, wake-ups and signals (see engine.h). */
 #include "engine.h"
 
+#include "delivery_thread.h"
 #include "log.h"
 #include "rules_query.h"
 #include "rules_reload.h"
@@ -18,15 +19,11 @@
 typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg_fanout, *pg_delivery, *pg_listen;
-    crier_webhook_sender *sender;
-    crier_email_sender *email;
-    crier_kafka_sender *kafka;
+    crier_pg *pg_fanout, *pg_listen;
     crier_fanout *fanout;
-    crier_delivery *delivery;
+    crier_delivery_thread *delivery; /* the delivery side, on its own thread and loop */
+    ev_async delivery_changed;       /* the delivery thread went idle or finished */
     ev_timer poll;
-    ev_timer deadline;
-    bool released;
     ev_prepare before_sleep;
     ev_signal sig_term, sig_int, sig_hup;
     bool stopping;
@@ -103,7 +100,7 @@ static void engine_write_status(engine *e)
 static void engine_kick_all(engine *e)
 {
     crier_fanout_kick(e->fanout);
-    crier_delivery_kick(e->delivery);
+    crier_delivery_thread_kick(e->delivery);
 }
 
 static void engine_on_notify(void *ud, const char *channel, const char *payload)
@@ -113,27 +110,7 @@ static void engine_on_notify(void *ud, const char *channel, const char *payload)
     if (!strcmp(channel, "crier_events"))
         crier_fanout_kick(e->fanout);
     else
-        crier_delivery_kick(e->delivery);
-}
-
-/* Replaces the Kafka producer after a fatal error (the delivery worker calls
- * it once the old one holds no message): a new producer with the same
- * options; the old one stays if none can be made. */
-static crier_kafka_sender *engine_kafka_renew(void *ud)
-{
-    engine *e = ud;
-    const char *why = crier_kafka_fatal_error(e->kafka);
-    crier_kafka_sender *k =
-        crier_kafka_sender_new(e->loop, &e->cfg->kafka, crier_delivery_on_kafka_done, e->delivery);
-    if (!k) {
-        crier_error("engine", "cannot make a new Kafka producer after a fatal error (%s); retrying later",
-                    why ? why : "unknown");
-        return e->kafka;
-    }
-    crier_warn("engine", "replaced the Kafka producer after a fatal error (%s)", why ? why : "unknown");
-    crier_kafka_sender_free(e->kafka);
-    e->kafka = k;
-    return k;
+        crier_delivery_thread_kick(e->delivery);
 }
 
 static void engine_on_listen(void *ud, PGresult *res, const char *err)
@@ -174,7 +151,22 @@ static void engine_on_committed(void *ud, uint64_t deliveries)
 {
     engine *e = ud;
     (void)deliveries;
-    crier_delivery_kick(e->delivery);
+    crier_delivery_thread_kick(e->delivery);
+}
+
+/* Called on the delivery thread: wakes this loop so that before_sleep looks
+ * at the delivery side's state again. */
+static void engine_delivery_changed(void *ud)
+{
+    engine *e = ud;
+    ev_async_send(e->loop, &e->delivery_changed);
+}
+
+static void engine_delivery_changed_cb(struct ev_loop *loop, ev_async *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents; /* before_sleep runs next */
 }
 
 /* Runs once per loop pass before the loop blocks: decides whether to stop. */
@@ -183,34 +175,12 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
     engine *e = w->data;
     (void)revents;
     if (e->stopping) {
-        if (crier_fanout_between_batches(e->fanout) && crier_delivery_pending(e->delivery) == 0)
+        if (crier_fanout_between_batches(e->fanout) && crier_delivery_thread_finished(e->delivery))
             ev_break(loop, EVBREAK_ALL);
         return;
     }
-    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_delivery_idle(e->delivery))
+    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_delivery_thread_idle(e->delivery))
         ev_break(loop, EVBREAK_ALL);
-}
-
-/* At the shutdown deadline the sends still in flight are released (written
- * back as due now, for any worker); if even that cannot be written within a
- * few more seconds, the loop stops and their leases expire instead. */
-static void engine_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    engine *e = w->data;
-    (void)revents;
-    if (!e->released) {
-        e->released = true;
-        crier_warn("engine", "shutdown deadline passed with %d sends in flight: releasing them for another "
-                             "worker",
-                   crier_delivery_pending(e->delivery));
-        crier_delivery_release(e->delivery);
-        ev_timer_set(w, 5., 0.);
-        ev_timer_start(loop, w);
-        return;
-    }
-    crier_warn("engine", "could not write the released deliveries back: their leases will expire and "
-                         "another worker will retry them");
-    ev_break(loop, EVBREAK_ALL);
 }
 
 static void engine_stop(engine *e)
@@ -221,10 +191,8 @@ static void engine_stop(engine *e)
     crier_info("engine", "stopping: no new claims; letting in-flight work finish (deadline %.0fs)",
                e->cfg->shutdown_deadline);
     crier_fanout_stop(e->fanout);
-    crier_delivery_stop(e->delivery);
+    crier_delivery_thread_stop(e->delivery);
     ev_timer_stop(e->loop, &e->poll);
-    ev_timer_set(&e->deadline, e->cfg->shutdown_deadline, 0.);
-    ev_timer_start(e->loop, &e->deadline);
 }
 
 /* Loads the rules directory as a new generation (rules_reload.c) and hands it
@@ -370,9 +338,6 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     e.pg_fanout = crier_pg_connect(e.loop, cfg->conninfo, "fanout", err, err_len);
     if (!e.pg_fanout)
         goto out;
-    e.pg_delivery = crier_pg_connect(e.loop, cfg->conninfo, "delivery", err, err_len);
-    if (!e.pg_delivery)
-        goto out;
     e.pg_listen = crier_pg_connect(e.loop, cfg->conninfo, "listen", err, err_len);
     if (!e.pg_listen)
         goto out;
@@ -384,43 +349,16 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         goto out;
     }
     rules = NULL; /* owned by the fan-out worker now */
-    e.delivery = crier_delivery_new(e.loop, e.pg_delivery, &cfg->delivery);
-    if (!e.delivery) {
-        snprintf(err, err_len, "out of memory");
+    ev_async_init(&e.delivery_changed, engine_delivery_changed_cb);
+    ev_async_start(e.loop, &e.delivery_changed);
+    e.delivery = crier_delivery_thread_start(cfg, engine_delivery_changed, &e, err, err_len);
+    if (!e.delivery)
         goto out;
-    }
-    e.sender = crier_webhook_sender_new(e.loop, &cfg->webhook, crier_delivery_on_webhook_done, e.delivery);
-    if (!e.sender) {
-        snprintf(err, err_len, "cannot create the webhook sender (see the log above)");
-        goto out;
-    }
-    if (cfg->delivery.email_url) {
-        e.email = crier_email_sender_new(e.loop, &cfg->email, crier_delivery_on_email_done, e.delivery);
-        if (!e.email) {
-            snprintf(err, err_len, "cannot create the email sender (see the log above)");
-            goto out;
-        }
-    }
-    if (cfg->kafka.bootstrap_servers) {
-        e.kafka = crier_kafka_sender_new(e.loop, &cfg->kafka, crier_delivery_on_kafka_done, e.delivery);
-        if (!e.kafka) {
-            snprintf(err, err_len, "cannot create the Kafka producer for %s (see the log above)",
-                     cfg->kafka.bootstrap_servers);
-            goto out;
-        }
-    }
-    crier_delivery_set_senders(e.delivery, &(crier_delivery_senders){.webhook = e.sender,
-                                                                      .email = e.email,
-                                                                      .kafka = e.kafka,
-                                                                      .kafka_renew = engine_kafka_renew,
-                                                                      .kafka_renew_ud = &e});
 
     engine_listen(&e);
     ev_timer_init(&e.poll, engine_poll_cb, 0., cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
     e.poll.data = &e;
     ev_timer_start(e.loop, &e.poll);
-    ev_timer_init(&e.deadline, engine_deadline_cb, 10., 0.);
-    e.deadline.data = &e;
     ev_timer_init(&e.reload_debounce, engine_reload_debounce_cb, 0.2, 0.);
     e.reload_debounce.data = &e;
     if (cfg->watch_rules)
@@ -441,20 +379,22 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     crier_info("engine", "running (poll every %.1fs)", cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
     ev_run(e.loop, 0);
 
-    if (stats) {
-        stats->fanout = *crier_fanout_get_stats(e.fanout);
-        stats->delivery = *crier_delivery_get_stats(e.delivery);
-    }
     {
+        crier_delivery_stats ds;
         const crier_fanout_stats *fs = crier_fanout_get_stats(e.fanout);
-        const crier_delivery_stats *ds = crier_delivery_get_stats(e.delivery);
+        crier_delivery_thread_join(e.delivery, &ds);
+        e.delivery = NULL;
+        if (stats) {
+            stats->fanout = *fs;
+            stats->delivery = ds;
+        }
         crier_info("engine",
                    "stopped: %llu events fanned out (%llu dead), %llu notifications new, %llu duplicates "
                    "skipped; %llu delivered, %llu retried, %llu dead",
                    (unsigned long long)fs->events_done, (unsigned long long)fs->events_dead,
                    (unsigned long long)fs->notifications_created,
-                   (unsigned long long)fs->notifications_duplicate, (unsigned long long)ds->delivered,
-                   (unsigned long long)ds->retried, (unsigned long long)ds->dead);
+                   (unsigned long long)fs->notifications_duplicate, (unsigned long long)ds.delivered,
+                   (unsigned long long)ds.retried, (unsigned long long)ds.dead);
     }
     rc = 0;
 
@@ -465,21 +405,17 @@ out:
         ev_signal_stop(e.loop, &e.sig_hup);
     }
     ev_timer_stop(e.loop, &e.poll);
-    ev_timer_stop(e.loop, &e.deadline);
+    ev_async_stop(e.loop, &e.delivery_changed);
     ev_timer_stop(e.loop, &e.reload_debounce);
     if (e.inotify_fd >= 0) {
         ev_io_stop(e.loop, &e.inotify_w);
         close(e.inotify_fd);
     }
     ev_prepare_stop(e.loop, &e.before_sleep);
-    crier_webhook_sender_free(e.sender);
-    crier_email_sender_free(e.email);
-    crier_kafka_sender_free(e.kafka);
-    crier_delivery_free(e.delivery);
+    crier_delivery_thread_join(e.delivery, NULL);
     crier_fanout_free(e.fanout);
     crier_rules_free(rules);
     crier_pg_free(e.pg_listen);
-    crier_pg_free(e.pg_delivery);
     crier_pg_free(e.pg_fanout);
     crier_rules_query_free(e.query);
     return rc;

@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct {
+typedef struct crier_engine_config {
     const char *conninfo;
     /* the rules' queries' connection (crier_database_rules: an unprivileged
      * role); NULL: the rules have no database (a rule that queries fails) */
