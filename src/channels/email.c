@@ -500,7 +500,8 @@ struct email_transfer {
     struct curl_slist *rcpt;
     char *msg;
     size_t msg_len, msg_off;
-    int64_t delivery_id;
+    int64_t token;       /* handed back in the result */
+    int64_t delivery_id; /* for the log */
     double start_ms;
     char errbuf[CURL_ERROR_SIZE];
 };
@@ -573,7 +574,7 @@ static void email_curl_done(void *ud, CURL *easy, CURLcode code)
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
 
     memset(&r, 0, sizeof r);
-    r.delivery_id = t->delivery_id;
+    r.token = t->token;
     r.smtp_code = status;
     r.duration_ms = crier_clock_ms() - t->start_ms;
     if (code != CURLE_OK) {
@@ -728,6 +729,7 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
         return -1;
     }
     t->sender = s;
+    t->token = req->token;
     t->delivery_id = req->delivery_id;
     if (crier_email_format(&req->message, &s->opts, &t->msg, &t->msg_len, err, sizeof err) != 0) {
         crier_warn("email", "refused delivery %" PRId64 ": %s", req->delivery_id, err);

@@ -44,7 +44,8 @@ typedef struct {
 
 /* One request. Everything is copied by crier_email_send. */
 typedef struct {
-    int64_t delivery_id;  /* opaque to the sender: handed back in the result */
+    int64_t token;        /* opaque to the sender: handed back in the result */
+    int64_t delivery_id;  /* the delivery's id (crier.deliveries.id), for the log only */
     const char *url;      /* smtp://host[:port][/ehlo-name] or smtps://… */
     const char *username; /* AUTH when non-NULL */
     const char *password; /* with username */
@@ -54,7 +55,7 @@ typedef struct {
 /* The outcome of one request, passed to the completion callback. The pointers
  * are valid only during the callback. */
 typedef struct {
-    int64_t delivery_id;
+    int64_t token; /* the request's token */
     long smtp_code;    /* last SMTP reply code (CURLINFO_RESPONSE_CODE); 0 if none */
     const char *error; /* NULL when the server accepted the message; else why not */
     int timed_out;     /* 1 on a connect or total timeout: ambiguous, may have arrived */

@@ -65,7 +65,8 @@ typedef struct kafka_chunk kafka_chunk;
 /* One accepted request until its result is reported; then back in the pool. */
 struct kafka_message {
     kafka_message *next; /* the free pool, or the deferred list */
-    int64_t delivery_id;
+    int64_t token;       /* handed back in the result */
+    int64_t delivery_id; /* for the log */
     double start_ms;
     rd_kafka_resp_err_t deferred_err; /* for a synchronously refused message */
 };
@@ -232,7 +233,7 @@ static void kafka_dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *rkm, void 
         return;
     }
     memset(&r, 0, sizeof r);
-    r.delivery_id = m->delivery_id;
+    r.token = m->token;
     r.duration_ms = crier_clock_ms() - m->start_ms;
     if (rkm->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         r.partition = rkm->partition;
@@ -346,7 +347,7 @@ static void kafka_deferred_cb(struct ev_loop *loop, ev_timer *w, int revents)
         if (!s->deferred_head)
             s->deferred_tail = NULL;
         memset(&r, 0, sizeof r);
-        r.delivery_id = m->delivery_id;
+        r.token = m->token;
         r.duration_ms = crier_clock_ms() - m->start_ms;
         kafka_set_error(s, &r, m->deferred_err, NULL);
         r.fatal = kafka_check_fatal(s);
@@ -596,6 +597,7 @@ int crier_kafka_send(crier_kafka_sender *s, const crier_kafka_request *req)
         crier_warn("kafka", "out of memory for a message");
         return -1;
     }
+    m->token = req->token;
     m->delivery_id = req->delivery_id;
     m->start_ms = crier_clock_ms();
 

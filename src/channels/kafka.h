@@ -48,7 +48,8 @@ typedef struct {
 /* One request. Everything is copied by crier_kafka_send; the caller keeps
  * ownership of its own buffers. */
 typedef struct {
-    int64_t delivery_id;  /* opaque to the sender: handed back in the result */
+    int64_t token;        /* opaque to the sender: handed back in the result */
+    int64_t delivery_id;  /* the delivery's id (crier.deliveries.id), for the log only */
     const char *topic;    /* 1..249 of [A-Za-z0-9._-], not "." or ".." */
     const char *key;      /* the notification key ("msg_…"): message key and
                              idempotency-key header; no control characters */
@@ -61,7 +62,7 @@ typedef struct {
 /* The outcome of one request, passed to the completion callback. The pointers
  * are valid only during the callback. */
 typedef struct {
-    int64_t delivery_id;
+    int64_t token; /* the request's token */
     const char *error;      /* NULL on success; else librdkafka's message */
     int error_code;         /* rd_kafka_resp_err_t; 0 on success */
     int retriable;          /* on error: 1 = try again later, 0 = permanent

@@ -69,7 +69,8 @@ struct webhook_transfer {
     webhook_transfer *prev, *next; /* active list, or (next only) the idle pool */
     CURL *easy;
     struct curl_slist *headers;
-    int64_t delivery_id;
+    int64_t token;       /* handed back in the result */
+    int64_t delivery_id; /* for the log */
     double start_ms;
     char *excerpt; /* max_response_bytes + 1, allocated once per pooled handle */
     size_t excerpt_len;
@@ -536,7 +537,7 @@ static void webhook_curl_done(void *ud, CURL *easy, CURLcode code)
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
 
     memset(&r, 0, sizeof r);
-    r.delivery_id = t->delivery_id;
+    r.token = t->token;
     t->excerpt[t->excerpt_len] = '\0';
     r.response_excerpt = t->excerpt;
     r.duration_ms = crier_clock_ms() - t->start_ms;
@@ -645,6 +646,7 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
         crier_warn("webhook", "out of memory for a transfer");
         return -1;
     }
+    t->token = req->token;
     t->delivery_id = req->delivery_id;
     if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
         goto err;

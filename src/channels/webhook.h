@@ -50,7 +50,8 @@ typedef struct {
 /* One request. All strings are copied by crier_webhook_send; the caller keeps
  * ownership of its own buffers. */
 typedef struct {
-    int64_t delivery_id;     /* opaque to the sender: handed back in the result */
+    int64_t token;     /* opaque to the sender: handed back in the result */
+    int64_t delivery_id; /* the delivery's id (crier.deliveries.id), for the log only */
     const char *url;         /* http:// or https:// */
     const char *body;        /* JSON body */
     size_t body_len;
@@ -69,7 +70,7 @@ typedef struct {
 /* The outcome of one request, passed to the completion callback. The pointers
  * are valid only during the callback. */
 typedef struct {
-    int64_t delivery_id;
+    int64_t token; /* the request's token */
     long http_status;        /* 0 when no HTTP response arrived */
     const char *error;       /* NULL on an HTTP response; else curl's message (timeout,
                                 connection refused, …) or the guard's refusal */

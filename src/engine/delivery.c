@@ -291,7 +291,7 @@ static void delivery_finish(crier_delivery *d, flight *f, bool ok, bool permanen
 void crier_delivery_on_webhook_done(void *ud, const crier_webhook_result *res)
 {
     crier_delivery *d = ud;
-    flight *f = flight_find(d, res->delivery_id);
+    flight *f = flight_find(d, res->token);
     char error[600];
     long st = res->http_status;
 
@@ -322,7 +322,7 @@ void crier_delivery_on_webhook_done(void *ud, const crier_webhook_result *res)
 void crier_delivery_on_email_done(void *ud, const crier_email_result *res)
 {
     crier_delivery *d = ud;
-    flight *f = flight_find(d, res->delivery_id);
+    flight *f = flight_find(d, res->token);
     if (f)
         delivery_finish(d, f, res->error == NULL, res->permanent != 0, "none", res->smtp_code, res->error,
                         NULL, -1, res->duration_ms);
@@ -332,7 +332,7 @@ void crier_delivery_on_email_done(void *ud, const crier_email_result *res)
 void crier_delivery_on_kafka_done(void *ud, const crier_kafka_result *res)
 {
     crier_delivery *d = ud;
-    flight *f = flight_find(d, res->delivery_id);
+    flight *f = flight_find(d, res->token);
     if (f) {
         if (res->fatal && res->error)
             crier_warn("delivery", "delivery %lld failed with the Kafka producer's fatal error (%s): retried on "
@@ -354,9 +354,10 @@ static const char *cell(PGresult *res, int row, int col)
     return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
 }
 
-/* Hands one claimed row to its channel's sender. Returns NULL when accepted,
+/* Hands one claimed row to its channel's sender (token: the flight's, handed
+ * back in the result; id: the delivery's, for the log). Returns NULL when accepted,
  * else why it could not be sent (the delivery dies with that error). */
-static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, int64_t token)
+static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, int64_t token, int64_t id)
 {
     const char *channel = PQgetvalue(res, i, 2);
     const char *message_id = PQgetvalue(res, i, 3);
@@ -367,7 +368,8 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
         if (!d->senders.webhook)
             return "no webhook sender in this process";
         crier_webhook_request req = {
-            .delivery_id = token,
+            .token = token,
+            .delivery_id = id,
             .url = target,
             .body = body,
             .body_len = (size_t)PQgetlength(res, i, 5),
@@ -388,7 +390,8 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
             return "the email has no sender: give the rule's email block a from, or start crier serve with "
                    "--email-from ADDRESS";
         crier_email_request req = {
-            .delivery_id = token,
+            .token = token,
+            .delivery_id = id,
             .url = d->opts.email_url,
             .username = d->opts.email_username,
             .password = d->opts.email_password,
@@ -419,7 +422,8 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
                 return delivery_retry_soon;
         }
         crier_kafka_request req = {
-            .delivery_id = token,
+            .token = token,
+            .delivery_id = id,
             .topic = target,
             .key = message_id,
             .payload = body,
@@ -457,7 +461,7 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res)
             delivery_finish(d, f, true, false, "none", 0, NULL, NULL, -1, 0);
             continue;
         }
-        const char *refused = delivery_dispatch(d, res, i, flight_token(d, slot));
+        const char *refused = delivery_dispatch(d, res, i, flight_token(d, slot), f->id);
         if (refused == delivery_retry_soon) {
             delivery_finish(d, f, false, false, "none", 0, refused, NULL, 2, 0);
         } else if (refused) {

@@ -741,12 +741,12 @@ static void on_done(void *ud, const crier_email_result *r)
     (void)ud;
     if (ctx.in_send)
         ctx.reentrant_calls++;
-    if (r->delivery_id < 0 || r->delivery_id >= MAX_OUTCOMES) {
-        fprintf(stderr, "unexpected delivery id %lld\n", (long long)r->delivery_id);
+    if (r->token < 0 || r->token >= MAX_OUTCOMES) {
+        fprintf(stderr, "unexpected delivery id %lld\n", (long long)r->token);
         CHECK(0);
         return;
     }
-    o = &ctx.out[r->delivery_id];
+    o = &ctx.out[r->token];
     o->calls++;
     o->code = r->smtp_code;
     o->has_error = r->error != NULL;
@@ -799,7 +799,7 @@ static int send_msg(int64_t id, const char *url, const crier_email_message *m, c
     int rc;
 
     memset(&req, 0, sizeof req);
-    req.delivery_id = id;
+    req.token = id;
     req.url = url;
     req.username = user;
     req.password = password;

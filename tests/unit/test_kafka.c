@@ -256,7 +256,7 @@ static void leader_loss_step(run *r)
  * which sends it again with the same key. */
 static void on_done_resending(run *r, outcome *o, const crier_kafka_result *res)
 {
-    int id = (int)res->delivery_id;
+    int id = (int)res->token;
 
     if (!res->error) {
         if (++o->successes == 1)
@@ -285,11 +285,11 @@ static void on_done(void *ud, const crier_kafka_result *res)
 
     if (r->in_send)
         r->reentrant++;
-    if (res->delivery_id < 0 || res->delivery_id >= r->total) {
+    if (res->token < 0 || res->token >= r->total) {
         CHECK(!"delivery id out of range");
         return;
     }
-    o = &r->out[res->delivery_id];
+    o = &r->out[res->token];
     if (r->completed == 0)
         r->first_done_ms = now_ms();
     o->calls++;
@@ -338,7 +338,7 @@ static int send_one(run *r, int i, const char *topic, size_t payload_len_overrid
         len = make_payload(i, small, sizeof small);
     }
     memset(&req, 0, sizeof req);
-    req.delivery_id = i;
+    req.token = i;
     req.topic = topic;
     req.key = key;
     req.payload = payload;

@@ -88,12 +88,12 @@ static void on_done(void *ud, const crier_webhook_result *r)
 
     if (c->in_send)
         c->reentrant_calls++;
-    if (r->delivery_id < 0 || r->delivery_id >= MAX_OUTCOMES) {
+    if (r->token < 0 || r->token >= MAX_OUTCOMES) {
         check_failures++;
-        fprintf(stderr, "unexpected delivery id %lld\n", (long long)r->delivery_id);
+        fprintf(stderr, "unexpected delivery id %lld\n", (long long)r->token);
         return;
     }
-    o = &c->out[r->delivery_id];
+    o = &c->out[r->token];
     o->calls++;
     o->status = r->http_status;
     o->has_error = r->error != NULL;
@@ -547,7 +547,7 @@ static void test_batch(const char *dir)
         bodies[i] = batch_body(i);
         memset(&req, 0, sizeof req);
         snprintf(id, sizeof id, "msg_test_%d", i);
-        req.delivery_id = i;
+        req.token = i;
         req.url = url;
         req.body = bodies[i];
         req.body_len = strlen(bodies[i]);
@@ -652,7 +652,7 @@ static void test_timeout_and_limits(const char *dir)
     req.webhook_id = "msg_slow";
     req.secret = TEST_SECRET;
     for (i = 0; i < 3; i++) {
-        req.delivery_id = i;
+        req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
     }
     run_loop(&ctx, 3, 5.0);
@@ -673,10 +673,10 @@ static void test_timeout_and_limits(const char *dir)
     opts.total_timeout_ms = 10000;
     ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
     for (i = 0; i < 2; i++) {
-        req.delivery_id = i;
+        req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
     }
-    req.delivery_id = 2;
+    req.token = 2;
     CHECK(send_req(&ctx, &req) == -1);
     CHECK(crier_webhook_inflight(ctx.sender) == 2);
     run_loop(&ctx, 0, 0.3); /* let the requests reach the receiver */
@@ -706,7 +706,7 @@ static void test_refused(void)
     req.body_len = 2;
     req.webhook_id = "msg_refused";
     for (i = 0; i < 2; i++) {
-        req.delivery_id = i;
+        req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
     }
     CHECK(ctx.completed == 0);
@@ -728,7 +728,7 @@ static void test_refused(void)
     ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
     ctx.free_in_done = 1;
     for (i = 0; i < 3; i++) {
-        req.delivery_id = i;
+        req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
     }
     run_loop(&ctx, 3, 1.0);
@@ -760,7 +760,7 @@ static void test_raw_responses(void)
     for (i = 0; i < 5; i++) {
         snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, paths[i]);
         req.url = url;
-        req.delivery_id = i;
+        req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
     }
     run_loop(&ctx, 5, 10.0);
@@ -791,7 +791,7 @@ static void test_raw_responses(void)
     }
     snprintf(url, sizeof url, "http://127.0.0.1:%d/stall", port);
     req.url = url;
-    req.delivery_id = 0;
+    req.token = 0;
     CHECK(send_req(&ctx, &req) == 0);
     run_loop(&ctx, 1, 5.0);
     CHECK(ctx.completed == 1);
@@ -812,7 +812,7 @@ static void bench_send_next(test_ctx *c)
     snprintf(id, sizeof id, "msg_bench_%d", i);
     snprintf(body, sizeof body, "{\"n\":%d}", i);
     memset(&req, 0, sizeof req);
-    req.delivery_id = i;
+    req.token = i;
     req.url = c->bench_url;
     req.body = body;
     req.body_len = strlen(body);
@@ -1053,7 +1053,7 @@ static void test_two_secrets(const char *dir)
         memset(&req, 0, sizeof req);
         snprintf(id, sizeof id, "msg_rotation_%d", i);
         snprintf(body, sizeof body, "{\"n\":%d,\"s\":\"h\xc3\xa9\"}", i);
-        req.delivery_id = i;
+        req.token = i;
         req.url = url;
         req.body = body;
         req.body_len = strlen(body);
@@ -1213,7 +1213,7 @@ static void test_guard(const char *dir)
         ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
         snprintf(url, sizeof url, cases[i].url, lport);
         req.url = url;
-        req.delivery_id = 0;
+        req.token = 0;
         CHECK(send_req(&ctx, &req) == 0);
         run_loop(&ctx, 1, 5.0);
         if (ctx.completed != 1 || ctx.out[0].refused != 1 || ctx.out[0].status != 0 ||
@@ -1281,7 +1281,7 @@ static void test_body_limit(const char *dir)
     ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
     req.body = big;
     req.body_len = mib + 1;
-    req.delivery_id = 1;
+    req.token = 1;
     CHECK(send_capturing_log(&ctx, &req, dir, log, sizeof log) == -1);
     CHECK(strstr(log, "body is 1048577 bytes, over the limit of 1048576") != NULL);
     req.body_len = mib;
