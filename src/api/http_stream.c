@@ -349,7 +349,7 @@ typedef struct {
     char *tenant, *who;
 } hub_notice;
 
-/* Parses "K<len>:<tenant><who>" (see sql/009_feed_stream.sql). */
+/* Parses "K<len>:<tenant><who>" (see sql/functions/feed_notify_payload.sql). */
 static bool hub_parse(const char *payload, hub_notice *out)
 {
     char *end;

@@ -2,7 +2,7 @@
  * LISTEN/NOTIFY.
  *
  * One hub thread per HTTP API holds two PostgreSQL connections: one LISTENs on
- * crier_feed (triggers of sql/009 announce a person's new items and state
+ * crier_feed (triggers of sql/functions/feed_notify_* announce a person's new items and state
  * changes, an audience's new items, membership changes, at commit), the other
  * asks what changed. Each open stream remembers the snapshot (pg_snapshot) it
  * last read at; when its person is announced, the hub sends the items whose

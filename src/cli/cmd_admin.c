@@ -28,8 +28,9 @@ static int admin_parse(const char *cmd, const char *help, int argc, char **argv,
 static const char migrate_help[] =
     "usage: crier migrate [options]\n"
     "\n"
-    "Applies pending schema migrations (schema crier) under an advisory lock: safe\n"
-    "to run twice or from two processes at once. Says what it applied.\n"
+    "Applies the schema crier under an advisory lock: pending numbered migrations,\n"
+    "then every function file (sql/functions/) that changed. Safe to run twice or\n"
+    "from two processes at once. Says what it applied.\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
 int crier_cmd_migrate(int argc, char **argv)

@@ -52,7 +52,7 @@ typedef struct {
     bool json, dry_run;
 } dead_args;
 
-/* The dead letters (crier.dead_letters, sql/010: the same definition as the
+/* The dead letters (crier.dead_letters, sql/functions/dead_letters.sql: the same definition as the
  * HTTP API's), filtered by $1..$8 (tenant, type, channel, since, until, kind,
  * delivery id, event id; NULL: any). */
 #define DEAD_ROWS                                                                                   \

@@ -1,0 +1,70 @@
+-- claim_deliveries.sql — crier.claim_deliveries: the delivery workers' claim: up to
+-- p_limit due deliveries for p_lease seconds. Returns the claimed rows; probe is true for
+-- a delivery sent to test a paused endpoint. Deliveries of a paused endpoint met on the
+-- way are parked in state 'paused' (not claimed, no attempt spent); those of a disabled
+-- endpoint die.
+CREATE OR REPLACE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe_base double precision)
+RETURNS TABLE (id bigint, attempts integer, channel text, message_id text, target text, body text,
+               secret text, subject text, html text, sender text, retry_schedule integer[],
+               budget_start integer, probe boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    -- Data-modifying CTEs run whether or not the final SELECT reads them.
+    -- Probes first: one parked delivery per paused endpoint whose probe is due.
+    RETURN QUERY
+    WITH ep AS (
+        SELECT e.id, e.tenant, e.channel, e.target FROM crier.endpoints e
+        WHERE e.state = 'paused' AND e.next_probe_at <= now()
+        ORDER BY e.next_probe_at LIMIT greatest(1, p_limit / 4)
+        FOR UPDATE SKIP LOCKED
+    ), pick AS (
+        SELECT ep.id AS endpoint_id, p.id
+        FROM ep CROSS JOIN LATERAL (
+            SELECT d.id FROM crier.deliveries d
+            WHERE d.state = 'paused' AND d.tenant = ep.tenant AND d.channel = ep.channel AND d.target = ep.target
+            ORDER BY d.id LIMIT 1 FOR UPDATE SKIP LOCKED) p
+    ), bump AS (
+        UPDATE crier.endpoints e
+        SET next_probe_at = now() + make_interval(secs => crier.probe_delay(p_probe_base, e.probes + 1)),
+            probes = e.probes + 1, updated_at = now()
+        FROM ep WHERE e.id = ep.id
+        RETURNING e.id
+    ), claimed AS (
+        UPDATE crier.deliveries d SET state = 'sending', attempts = d.attempts + 1,
+            due_at = now() + make_interval(secs => p_lease)
+        FROM pick WHERE d.id = pick.id
+        RETURNING d.id, d.attempts, d.channel, d.message_id, d.target, d.body, d.secret, d.subject,
+                  d.html, d.sender, d.retry_schedule, d.budget_start
+    )
+    SELECT c.*, true FROM claimed c;
+
+    RETURN QUERY
+    WITH cand AS (
+        SELECT d.id, e.state AS ep_state, e.next_probe_at
+        FROM crier.deliveries d
+        LEFT JOIN crier.endpoints e
+            ON e.tenant = d.tenant AND e.channel = d.channel AND e.target = d.target AND e.state <> 'active'
+        WHERE d.state IN ('pending', 'sending') AND d.due_at <= now()
+        ORDER BY d.due_at LIMIT p_limit
+        FOR UPDATE OF d SKIP LOCKED
+    ), parked AS (
+        UPDATE crier.deliveries d
+        SET state = CASE WHEN c.ep_state = 'disabled' THEN 'dead' ELSE 'paused' END,
+            dead_at = CASE WHEN c.ep_state = 'disabled' THEN now() END,
+            last_error = CASE WHEN c.ep_state = 'disabled'
+                              THEN 'endpoint disabled after failing too long; replay with crier dead replay '
+                                   'once it works again'
+                              ELSE d.last_error END
+        FROM cand c WHERE d.id = c.id AND c.ep_state IS NOT NULL
+        RETURNING d.id
+    ), claimed AS (
+        UPDATE crier.deliveries d SET state = 'sending', attempts = d.attempts + 1,
+            due_at = now() + make_interval(secs => p_lease)
+        FROM cand c WHERE d.id = c.id AND c.ep_state IS NULL
+        RETURNING d.id, d.attempts, d.channel, d.message_id, d.target, d.body, d.secret, d.subject,
+                  d.html, d.sender, d.retry_schedule, d.budget_start
+    )
+    SELECT c.*, false FROM claimed c;
+END;
+$$;
