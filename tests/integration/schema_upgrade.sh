@@ -19,6 +19,7 @@ note "restore the previous release's database"
 pg_restore --no-owner --no-privileges --exit-on-error -d "$CRIER_DATABASE_URL" \
     "$CRIER_SOURCE_DIR/tests/fixtures/previous-release.dump" || fail "pg_restore of the fixture failed"
 assert_eq 10 "$(sql "SELECT count(*) FROM crier.schema_migrations")" "the fixture has the 10 previous migrations"
+previous=$(sql "SELECT string_agg(name, ' ' ORDER BY name) FROM crier.schema_migrations")
 
 note "crier migrate upgrades it"
 "$CRIER_BIN" migrate >"$WORK/migrate1.out" 2>&1 || fail "migrate of the previous release failed: $(cat "$WORK/migrate1.out")"
@@ -27,7 +28,9 @@ rerecorded=$(grep -c '^re-recorded ' "$WORK/migrate1.out" || true)
 assert_eq "$(grep -c '^[0-9]' "$CRIER_SOURCE_DIR/sql/rewritten-checksums.txt")" "$rerecorded" \
     "one re-recorded line per rewritten migration"
 grep -q '^re-recorded 007_feed_mark_all.sql: rewritten' "$WORK/migrate1.out" || fail "007 not re-recorded"
-! grep -q '^applied [0-9]' "$WORK/migrate1.out" || fail "no numbered migration should run again"
+for m in $previous; do
+    ! grep -q "^applied $m" "$WORK/migrate1.out" || fail "no numbered migration should run again ($m did)"
+done
 functions=$(find "$CRIER_SOURCE_DIR/sql/functions" -name '*.sql' | wc -l)
 assert_eq "$functions" "$(grep -c '^applied function ' "$WORK/migrate1.out" || true)" "every function file applied"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.schema_migrations WHERE checksum = ANY (string_to_array(
