@@ -165,8 +165,9 @@ CREATE FUNCTION crier.api_notification_status(p_id bigint) RETURNS text
     AS $$
     SELECT CASE WHEN bool_or(d.state IN ('pending', 'sending', 'paused')) THEN 'pending'
                 WHEN bool_or(d.state = 'dead') THEN 'dead'
-                WHEN bool_and(d.state = 'suppressed') THEN 'suppressed'
-                ELSE 'delivered' END
+                WHEN bool_or(d.state = 'delivered')
+                     OR EXISTS (SELECT FROM crier.feed_items f WHERE f.notification_id = p_id) THEN 'delivered'
+                ELSE 'suppressed' END
     FROM crier.deliveries d WHERE d.notification_id = p_id
 $$;
 
