@@ -4,11 +4,9 @@
 
 #include "engine.h"
 #include "log.h"
+#include "worker_thread.h"
 
 #include <ev.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,21 +19,11 @@ struct crier_delivery_thread {
     crier_email_sender *email;
     crier_kafka_sender *kafka;
     crier_delivery *delivery;
-    ev_async wake;          /* the owner's requests: kick, stop */
-    ev_timer poll;          /* fallback claims, independent of the owner's loop */
-    ev_timer deadline;      /* the shutdown deadline */
-    ev_prepare before_sleep;
-    pthread_t thread;
-    bool started;
-    bool stopping, released; /* the loop's own view (delivery thread only) */
-    void (*on_change)(void *ud);
-    void *on_change_ud;
-
-    /* shared with the owner's thread */
-    atomic_bool kick_requested;
-    atomic_bool stop_requested;
-    atomic_bool idle;
-    atomic_bool finished;
+    ev_timer poll;     /* fallback claims, independent of the owner's loop */
+    ev_timer deadline; /* the shutdown deadline */
+    bool stopping, released;
+    crier_worker_thread *thread;
+    crier_delivery_stats final_stats; /* copied at teardown */
 };
 
 /* Replaces the Kafka producer after a fatal error (the delivery worker calls
@@ -80,25 +68,31 @@ static void delivery_thread_deadline_cb(struct ev_loop *loop, ev_timer *w, int r
     ev_break(loop, EVBREAK_ALL);
 }
 
-/* The owner's requests. idle is cleared before the kick request is, so an
- * owner that sees no kick pending and then idle sees the truth. */
-static void delivery_thread_wake_cb(struct ev_loop *loop, ev_async *w, int revents)
+/* The owner's requests (worker_thread.h). */
+static void delivery_thread_requests(void *ud, unsigned bits)
 {
-    crier_delivery_thread *t = w->data;
-    (void)revents;
-    if (atomic_load(&t->stop_requested) && !t->stopping) {
+    crier_delivery_thread *t = ud;
+    if ((bits & CRIER_WORKER_STOP) && !t->stopping) {
         t->stopping = true;
         crier_delivery_stop(t->delivery);
-        ev_timer_stop(loop, &t->poll);
+        ev_timer_stop(t->loop, &t->poll);
         ev_timer_set(&t->deadline, t->cfg->shutdown_deadline, 0.);
-        ev_timer_start(loop, &t->deadline);
+        ev_timer_start(t->loop, &t->deadline);
     }
-    if (atomic_load(&t->kick_requested)) {
-        atomic_store(&t->idle, false);
-        atomic_store(&t->kick_requested, false);
-        if (!t->stopping)
-            crier_delivery_kick(t->delivery);
-    }
+    if ((bits & CRIER_WORKER_KICK) && !t->stopping)
+        crier_delivery_kick(t->delivery);
+}
+
+static bool delivery_thread_idle(void *ud)
+{
+    crier_delivery_thread *t = ud;
+    return crier_delivery_idle(t->delivery);
+}
+
+static bool delivery_thread_drained(void *ud)
+{
+    crier_delivery_thread *t = ud;
+    return crier_delivery_pending(t->delivery) == 0;
 }
 
 static void delivery_thread_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -109,63 +103,32 @@ static void delivery_thread_poll_cb(struct ev_loop *loop, ev_timer *w, int reven
     crier_delivery_kick(t->delivery);
 }
 
-/* Once per loop pass before it blocks: publishes idleness, ends the loop
- * when a stop has drained the sends. */
-static void delivery_thread_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+/* Stops the watchers and frees what lives on the loop (the thread has ended
+ * or never started); the loop itself is worker_thread's or the caller's. */
+static void delivery_thread_teardown(void *ud, struct ev_loop *loop)
 {
-    crier_delivery_thread *t = w->data;
-    (void)revents;
-    if (t->stopping && crier_delivery_pending(t->delivery) == 0) {
-        ev_break(loop, EVBREAK_ALL);
-        return;
-    }
-    bool idle = crier_delivery_idle(t->delivery) && !atomic_load(&t->kick_requested);
-    if (atomic_exchange(&t->idle, idle) != idle && idle)
-        t->on_change(t->on_change_ud);
-}
-
-static void *delivery_thread_main(void *arg)
-{
-    crier_delivery_thread *t = arg;
-    crier_delivery_kick(t->delivery);
-    ev_run(t->loop, 0);
-    atomic_store(&t->finished, true);
-    t->on_change(t->on_change_ud);
-    return NULL;
-}
-
-/* Frees what start made (the thread has ended or never started). */
-static void delivery_thread_free(crier_delivery_thread *t)
-{
-    if (t->loop) {
-        ev_async_stop(t->loop, &t->wake);
-        ev_timer_stop(t->loop, &t->poll);
-        ev_timer_stop(t->loop, &t->deadline);
-        ev_prepare_stop(t->loop, &t->before_sleep);
-    }
+    crier_delivery_thread *t = ud;
+    ev_timer_stop(loop, &t->poll);
+    ev_timer_stop(loop, &t->deadline);
+    if (t->delivery)
+        t->final_stats = *crier_delivery_get_stats(t->delivery);
     crier_webhook_sender_free(t->webhook);
     crier_email_sender_free(t->email);
     crier_kafka_sender_free(t->kafka);
     crier_delivery_free(t->delivery);
     crier_pg_free(t->pg);
-    if (t->loop)
-        ev_loop_destroy(t->loop);
-    free(t);
 }
 
 crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cfg, void (*on_change)(void *ud),
                                                    void *ud, char *err, size_t err_len)
 {
     crier_delivery_thread *t = calloc(1, sizeof *t);
-    sigset_t all, old;
 
     if (!t) {
         snprintf(err, err_len, "out of memory");
         return NULL;
     }
     t->cfg = cfg;
-    t->on_change = on_change;
-    t->on_change_ud = ud;
     t->loop = ev_loop_new(EVFLAG_AUTO);
     if (!t->loop) {
         snprintf(err, err_len, "cannot create the delivery loop");
@@ -204,68 +167,61 @@ crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cf
                                                                       .kafka = t->kafka,
                                                                       .kafka_renew = delivery_thread_kafka_renew,
                                                                       .kafka_renew_ud = t});
-    ev_async_init(&t->wake, delivery_thread_wake_cb);
-    t->wake.data = t;
-    ev_async_start(t->loop, &t->wake);
     ev_timer_init(&t->poll, delivery_thread_poll_cb, cfg->poll_interval > 0 ? cfg->poll_interval : 1.0,
                   cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
     t->poll.data = t;
     ev_timer_start(t->loop, &t->poll);
     ev_timer_init(&t->deadline, delivery_thread_deadline_cb, 10., 0.);
     t->deadline.data = t;
-    ev_prepare_init(&t->before_sleep, delivery_thread_before_sleep_cb);
-    t->before_sleep.data = t;
-    ev_prepare_start(t->loop, &t->before_sleep);
-
-    /* signals belong to the owner's loop: the thread starts with them blocked */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&t->thread, NULL, delivery_thread_main, t);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        snprintf(err, err_len, "cannot start the delivery thread: %s", strerror(rc));
+    t->thread = crier_worker_thread_start(t->loop,
+                                          &(crier_worker_thread_hooks){.requests = delivery_thread_requests,
+                                                                       .idle = delivery_thread_idle,
+                                                                       .drained = delivery_thread_drained,
+                                                                       .ud = t,
+                                                                       .changed = on_change,
+                                                                       .owner_ud = ud},
+                                          "delivery", err, err_len);
+    if (!t->thread)
         goto fail;
-    }
-    t->started = true;
+    crier_worker_thread_request(t->thread, CRIER_WORKER_KICK);
     return t;
 
 fail:
-    delivery_thread_free(t);
+    if (t->loop) {
+        delivery_thread_teardown(t, t->loop);
+        ev_loop_destroy(t->loop);
+    }
+    free(t);
     return NULL;
 }
 
 void crier_delivery_thread_kick(crier_delivery_thread *t)
 {
-    atomic_store(&t->kick_requested, true);
-    ev_async_send(t->loop, &t->wake);
+    crier_worker_thread_request(t->thread, CRIER_WORKER_KICK);
 }
 
 void crier_delivery_thread_stop(crier_delivery_thread *t)
 {
-    atomic_store(&t->stop_requested, true);
-    ev_async_send(t->loop, &t->wake);
+    crier_worker_thread_request(t->thread, CRIER_WORKER_STOP);
 }
 
 bool crier_delivery_thread_idle(crier_delivery_thread *t)
 {
-    /* the kick flag first: see delivery_thread_wake_cb */
-    return !atomic_load(&t->kick_requested) && atomic_load(&t->idle);
+    return crier_worker_thread_idle(t->thread);
 }
 
 bool crier_delivery_thread_finished(crier_delivery_thread *t)
 {
-    return atomic_load(&t->finished);
+    return crier_worker_thread_finished(t->thread);
 }
 
 void crier_delivery_thread_join(crier_delivery_thread *t, crier_delivery_stats *stats)
 {
     if (!t)
         return;
-    if (t->started) {
-        crier_delivery_thread_stop(t);
-        pthread_join(t->thread, NULL);
-    }
+    crier_worker_thread_join(t->thread, delivery_thread_teardown);
+    /* teardown freed the worker: its totals were copied first */
     if (stats)
-        *stats = *crier_delivery_get_stats(t->delivery);
-    delivery_thread_free(t);
+        *stats = t->final_stats;
+    free(t);
 }

@@ -3,11 +3,12 @@
  * email, Kafka) and the delivery worker, so that nothing the fan-out side
  * does (a rule that runs long, a slow batch) delays a send, a lease renewal
  * or the write-back of a result. The fan-out side talks to it only through
- * the thread-safe calls below (an ev_async wakes its loop).
+ * the thread-safe calls below (worker_thread.c: request bits through an
+ * ev_async).
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: delivery, engine (config), kafka, email, webhook (channels),
- * pg_async (pg), log (base).
+ * Calls into: delivery, worker_thread, engine (config), kafka, email, webhook
+ * (channels), pg_async (pg), log (base).
  */
 #ifndef CRIER_DELIVERY_THREAD_H
 #define CRIER_DELIVERY_THREAD_H
