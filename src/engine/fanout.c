@@ -32,6 +32,67 @@ typedef enum {
     FANOUT_ROLLBACK
 } fanout_state;
 
+/* Columns of SQL_CLAIM's rows. */
+enum {
+    CLAIM_ID,
+    CLAIM_TENANT,
+    CLAIM_EVENT_TYPE,
+    CLAIM_ENTITY_ID,
+    CLAIM_PAYLOAD,
+    CLAIM_ATTEMPTS,
+    CLAIM_CURSOR
+};
+
+/* Parameters of SQL_LOCK ($1, $2), and the column of its rows. */
+enum { LOCK_EVENT_ID, LOCK_KEY, N_LOCK_PARAMS };
+enum { LOCKED_EVENT_ID };
+
+/* Parameters of SQL_WRITE: WRITE_X is $(WRITE_X + 1). Each is an array except
+ * the two text values, WRITE_RULES_VERSION and WRITE_MAX_ATTEMPTS. */
+enum {
+    /* notifications, one element per new notification */
+    WRITE_KEY_HASH,          /* $1  uuid[] */
+    WRITE_KEY,               /* $2  text[]: the readable key */
+    WRITE_EVENT_ID,          /* $3  bigint[] */
+    WRITE_TENANT,            /* $4  text[] */
+    WRITE_EVENT_TYPE,        /* $5  text[] */
+    WRITE_ENTITY_ID,         /* $6  text[] */
+    WRITE_RECIPIENT_ID,      /* $7  text[] */
+    WRITE_DISCRIMINATOR,     /* $8  text[] */
+    WRITE_RULES_VERSION,     /* $9  text */
+    /* deliveries, one element per planned delivery */
+    WRITE_DELIVERY_KEY_HASH, /* $10 uuid[]: its notification */
+    WRITE_CHANNEL,           /* $11 text[] */
+    WRITE_TARGET,            /* $12 text[] */
+    WRITE_BODY,              /* $13 text[] */
+    WRITE_SECRET,            /* $14 text[] */
+    /* events */
+    WRITE_DONE_ID,           /* $15 bigint[]: events done */
+    WRITE_FAILED_ID,         /* $16 bigint[]: events that failed … */
+    WRITE_FAILED_ERROR,      /* $17 text[]: … with this error, */
+    WRITE_FAILED_PERMANENT,  /* $18 bool[]: permanently (dead at once) */
+    WRITE_MAX_ATTEMPTS,      /* $19 text: a failing event is dead after this many */
+    /* deliveries, continued */
+    WRITE_SUBJECT,           /* $20 text[] */
+    WRITE_HTML,              /* $21 text[] */
+    WRITE_SENDER,            /* $22 text[] */
+    WRITE_RETRY,             /* $23 text[]: "{0,5,300}" or NULL */
+    WRITE_HONOR_PREFERENCES, /* $24 bool[]: false when required or the rule ignores them */
+    /* events with more pages of audience */
+    WRITE_MORE_ID,           /* $25 bigint[] */
+    WRITE_MORE_CURSOR,       /* $26 text[]: where the next page starts */
+    /* audience items (rules in mode "read") */
+    WRITE_AUDIENCE_EVENT_ID, /* $27 bigint[] */
+    WRITE_AUDIENCE,          /* $28 text[] */
+    WRITE_AUDIENCE_CONTENT,  /* $29 text[] */
+    WRITE_AUDIENCE_BACKFILL, /* $30 bool[] */
+    N_WRITE_PARAMS
+};
+_Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
+
+/* Columns of SQL_WRITE's one row. */
+enum { WRITTEN_NOTIFICATIONS, WRITTEN_DELIVERIES, WRITTEN_DONE, WRITTEN_DEAD };
+
 typedef struct {
     int64_t id;
     size_t tenant, event_type, entity_id, payload; /* offsets into strings */
@@ -72,8 +133,10 @@ struct crier_fanout {
     key_set seen; /* reused from batch to batch */
     uint64_t batch_deliveries;
 
-    /* Parameter arrays of the statements in flight (kept until the callback). */
-    crier_pg_array cols[29];
+    /* Parameter arrays of the statements in flight (kept until the callback);
+     * cols[WRITE_RULES_VERSION] and cols[WRITE_MAX_ATTEMPTS] stay unused. */
+    crier_pg_array lock_cols[N_LOCK_PARAMS];
+    crier_pg_array cols[N_WRITE_PARAMS];
     crier_pg_params params;
     char limit_text[24];
     char max_attempts_text[24];
@@ -90,18 +153,7 @@ static const char SQL_LOCK[] =
     "SELECT t.id FROM unnest($1::bigint[], $2::bigint[]) AS t(id, k)"
     " WHERE pg_try_advisory_xact_lock(t.k)";
 
-/* The batch's single write statement. Parameters:
- * $1..$8  notifications: key_hash, key, event_id, tenant, event_type, entity_id,
- *         recipient_id, discriminator
- * $9      rules version
- * $10..$14 deliveries: key_hash, channel, target, body, secret
- * $15     ids of events done
- * $16..$18 failed events: id, error, permanent
- * $19     max attempts
- * $20..$24 deliveries, continued: subject, html, sender, retry schedule ("{0,5,300}" or NULL),
- *          honor preferences (false: required type or the rule ignores them)
- * $25..$26 events with more pages of audience: id, cursor of the next page
- * $27..$30 audience items (rules in mode "read"): event id, audience, content, backfill
+/* The batch's single write statement; its parameters are the WRITE_… values.
  * Feed deliveries (channel "feed") become feed items, not deliveries; the
  * recipient's stored preferences apply to every channel. */
 static const char SQL_WRITE[] =
@@ -232,6 +284,12 @@ static fanout_event *fanout_event_add(crier_fanout *f)
     return &f->events[f->n_events++];
 }
 
+/* Copies column col of claimed row i into the batch's strings; returns its offset. */
+static size_t claimed_string(crier_fanout *f, PGresult *res, int i, int col)
+{
+    return crier_strbuf_add(&f->strings, PQgetvalue(res, i, col), (size_t)PQgetlength(res, i, col));
+}
+
 static void fanout_on_claim(crier_fanout *f, PGresult *res)
 {
     int n = PQntuples(res);
@@ -244,27 +302,26 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
         fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
         return;
     }
-    crier_pg_array_begin(&f->cols[0], CRIER_PG_INT8);
-    crier_pg_array_begin(&f->cols[1], CRIER_PG_INT8);
+    crier_pg_array_begin(&f->lock_cols[LOCK_EVENT_ID], CRIER_PG_INT8);
+    crier_pg_array_begin(&f->lock_cols[LOCK_KEY], CRIER_PG_INT8);
     for (int i = 0; i < n; i++) {
         fanout_event *e = fanout_event_add(f);
-        e->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
-        e->tenant = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1));
-        e->event_type = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2));
-        e->entity_id = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3));
-        e->payload = crier_strbuf_add(&f->strings, PQgetvalue(res, i, 4), (size_t)PQgetlength(res, i, 4));
-        e->attempts = atoi(PQgetvalue(res, i, 5));
-        e->cursor = PQgetisnull(res, i, 6)
-                        ? SIZE_MAX
-                        : crier_strbuf_add(&f->strings, PQgetvalue(res, i, 6), (size_t)PQgetlength(res, i, 6));
+        e->id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
+        e->tenant = claimed_string(f, res, i, CLAIM_TENANT);
+        e->event_type = claimed_string(f, res, i, CLAIM_EVENT_TYPE);
+        e->entity_id = claimed_string(f, res, i, CLAIM_ENTITY_ID);
+        e->payload = claimed_string(f, res, i, CLAIM_PAYLOAD);
+        e->attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS));
+        e->cursor = PQgetisnull(res, i, CLAIM_CURSOR) ? SIZE_MAX : claimed_string(f, res, i, CLAIM_CURSOR);
         e->locked = false;
-        e->lock_key = crier_key_lock(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3));
-        crier_pg_array_add_int64(&f->cols[0], e->id);
-        crier_pg_array_add_int64(&f->cols[1], e->lock_key);
+        e->lock_key = crier_key_lock(PQgetvalue(res, i, CLAIM_TENANT), PQgetvalue(res, i, CLAIM_EVENT_TYPE),
+                                     PQgetvalue(res, i, CLAIM_ENTITY_ID));
+        crier_pg_array_add_int64(&f->lock_cols[LOCK_EVENT_ID], e->id);
+        crier_pg_array_add_int64(&f->lock_cols[LOCK_KEY], e->lock_key);
     }
     crier_pg_params_reset(&f->params);
-    crier_pg_params_array(&f->params, &f->cols[0]);
-    crier_pg_params_array(&f->params, &f->cols[1]);
+    for (int i = 0; i < N_LOCK_PARAMS; i++)
+        crier_pg_params_array(&f->params, &f->lock_cols[i]);
     fanout_send(f, FANOUT_LOCK, SQL_LOCK, &f->params);
 }
 
@@ -323,18 +380,41 @@ static void fanout_plan_and_write(crier_fanout *f)
     char err[4096];
     crier_pg_array *c = f->cols;
     char key[2048];
-
-    /* Column i is parameter $(i+1) for i < 18 and $(i+2) after: $9 (rules
-     * version) and $19 (max attempts) are text parameters, so cols[8] is unused. */
-    static const uint32_t types[29] = {
-        CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT,
-        CRIER_PG_TEXT, CRIER_PG_TEXT, 0,             CRIER_PG_UUID, CRIER_PG_TEXT, CRIER_PG_TEXT,
-        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_BOOL,
-        CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL, CRIER_PG_INT8,
-        CRIER_PG_TEXT, CRIER_PG_INT8, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_BOOL};
+    static const uint32_t types[N_WRITE_PARAMS] = {
+        [WRITE_KEY_HASH] = CRIER_PG_UUID,
+        [WRITE_KEY] = CRIER_PG_TEXT,
+        [WRITE_EVENT_ID] = CRIER_PG_INT8,
+        [WRITE_TENANT] = CRIER_PG_TEXT,
+        [WRITE_EVENT_TYPE] = CRIER_PG_TEXT,
+        [WRITE_ENTITY_ID] = CRIER_PG_TEXT,
+        [WRITE_RECIPIENT_ID] = CRIER_PG_TEXT,
+        [WRITE_DISCRIMINATOR] = CRIER_PG_TEXT,
+        [WRITE_RULES_VERSION] = 0, /* text */
+        [WRITE_DELIVERY_KEY_HASH] = CRIER_PG_UUID,
+        [WRITE_CHANNEL] = CRIER_PG_TEXT,
+        [WRITE_TARGET] = CRIER_PG_TEXT,
+        [WRITE_BODY] = CRIER_PG_TEXT,
+        [WRITE_SECRET] = CRIER_PG_TEXT,
+        [WRITE_DONE_ID] = CRIER_PG_INT8,
+        [WRITE_FAILED_ID] = CRIER_PG_INT8,
+        [WRITE_FAILED_ERROR] = CRIER_PG_TEXT,
+        [WRITE_FAILED_PERMANENT] = CRIER_PG_BOOL,
+        [WRITE_MAX_ATTEMPTS] = 0, /* text */
+        [WRITE_SUBJECT] = CRIER_PG_TEXT,
+        [WRITE_HTML] = CRIER_PG_TEXT,
+        [WRITE_SENDER] = CRIER_PG_TEXT,
+        [WRITE_RETRY] = CRIER_PG_TEXT,
+        [WRITE_HONOR_PREFERENCES] = CRIER_PG_BOOL,
+        [WRITE_MORE_ID] = CRIER_PG_INT8,
+        [WRITE_MORE_CURSOR] = CRIER_PG_TEXT,
+        [WRITE_AUDIENCE_EVENT_ID] = CRIER_PG_INT8,
+        [WRITE_AUDIENCE] = CRIER_PG_TEXT,
+        [WRITE_AUDIENCE_CONTENT] = CRIER_PG_TEXT,
+        [WRITE_AUDIENCE_BACKFILL] = CRIER_PG_BOOL,
+    };
 
     crier_plan_reset(&f->plan);
-    for (int i = 0; i < 29; i++)
+    for (int i = 0; i < N_WRITE_PARAMS; i++)
         if (types[i])
             crier_pg_array_begin(&c[i], types[i]);
 
@@ -355,19 +435,19 @@ static void fanout_plan_and_write(crier_fanout *f)
         if (st == CRIER_PLAN_OK && f->plan.next_cursor) {
             /* one page of a large audience: the event stays pending, and the
              * next batch continues from the cursor committed with this page */
-            crier_pg_array_add_int64(&c[23], e->id);
-            crier_pg_array_add_str(&c[24], f->plan.next_cursor);
+            crier_pg_array_add_int64(&c[WRITE_MORE_ID], e->id);
+            crier_pg_array_add_str(&c[WRITE_MORE_CURSOR], f->plan.next_cursor);
             f->stats.pages++;
             continue;
         }
         if (st == CRIER_PLAN_OK) {
-            crier_pg_array_add_int64(&c[14], e->id);
+            crier_pg_array_add_int64(&c[WRITE_DONE_ID], e->id);
             continue;
         }
         crier_warn("fanout", "event %lld (%s %s): %s", (long long)e->id, ev.event_type, ev.entity_id, err);
-        crier_pg_array_add_int64(&c[15], e->id);
-        crier_pg_array_add_str(&c[16], err);
-        crier_pg_array_add_bool(&c[17], st != CRIER_PLAN_RULE_ERROR); /* permanent? */
+        crier_pg_array_add_int64(&c[WRITE_FAILED_ID], e->id);
+        crier_pg_array_add_str(&c[WRITE_FAILED_ERROR], err);
+        crier_pg_array_add_bool(&c[WRITE_FAILED_PERMANENT], st != CRIER_PLAN_RULE_ERROR);
     }
 
     key_set_reset(&f->seen, f->plan.n_recipients);
@@ -387,47 +467,47 @@ static void fanout_plan_and_write(crier_fanout *f)
         if (!key_set_insert(&f->seen, h))
             continue; /* the same notification twice in one batch: keep the first */
         size_t klen = crier_key_readable(&kp, key, sizeof key);
-        crier_pg_array_add_uuid(&c[0], h);
-        crier_pg_array_add_text(&c[1], key, klen < sizeof key ? klen : sizeof key - 1);
-        crier_pg_array_add_int64(&c[2], e->id);
-        crier_pg_array_add_str(&c[3], kp.tenant);
-        crier_pg_array_add_str(&c[4], kp.event_type);
-        crier_pg_array_add_str(&c[5], kp.entity_id);
-        crier_pg_array_add_str(&c[6], kp.recipient_id);
-        crier_pg_array_add_str(&c[7], kp.discriminator);
+        crier_pg_array_add_uuid(&c[WRITE_KEY_HASH], h);
+        crier_pg_array_add_text(&c[WRITE_KEY], key, klen < sizeof key ? klen : sizeof key - 1);
+        crier_pg_array_add_int64(&c[WRITE_EVENT_ID], e->id);
+        crier_pg_array_add_str(&c[WRITE_TENANT], kp.tenant);
+        crier_pg_array_add_str(&c[WRITE_EVENT_TYPE], kp.event_type);
+        crier_pg_array_add_str(&c[WRITE_ENTITY_ID], kp.entity_id);
+        crier_pg_array_add_str(&c[WRITE_RECIPIENT_ID], kp.recipient_id);
+        crier_pg_array_add_str(&c[WRITE_DISCRIMINATOR], kp.discriminator);
         for (size_t d = pr->first_delivery; d < pr->first_delivery + pr->n_deliveries; d++) {
             const crier_plan_delivery *pd = &f->plan.deliveries[d];
-            crier_pg_array_add_uuid(&c[9], h);
-            crier_pg_array_add_str(&c[10], pd->channel);
-            crier_pg_array_add_str(&c[11], pd->target);
-            crier_pg_array_add_text(&c[12], pd->body, pd->body_len);
-            crier_pg_array_add_str(&c[13], pd->secret);
-            crier_pg_array_add_str(&c[18], pd->subject);
-            crier_pg_array_add_str(&c[19], pd->html);
-            crier_pg_array_add_str(&c[20], pd->sender);
-            crier_pg_array_add_str(&c[21], pd->retry);
-            crier_pg_array_add_bool(&c[22], pd->honor_preferences);
+            crier_pg_array_add_uuid(&c[WRITE_DELIVERY_KEY_HASH], h);
+            crier_pg_array_add_str(&c[WRITE_CHANNEL], pd->channel);
+            crier_pg_array_add_str(&c[WRITE_TARGET], pd->target);
+            crier_pg_array_add_text(&c[WRITE_BODY], pd->body, pd->body_len);
+            crier_pg_array_add_str(&c[WRITE_SECRET], pd->secret);
+            crier_pg_array_add_str(&c[WRITE_SUBJECT], pd->subject);
+            crier_pg_array_add_str(&c[WRITE_HTML], pd->html);
+            crier_pg_array_add_str(&c[WRITE_SENDER], pd->sender);
+            crier_pg_array_add_str(&c[WRITE_RETRY], pd->retry);
+            crier_pg_array_add_bool(&c[WRITE_HONOR_PREFERENCES], pd->honor_preferences);
         }
+    }
+
+    for (size_t a = 0; a < f->plan.n_audience_items; a++) {
+        const crier_plan_audience_item *ai = &f->plan.audience_items[a];
+        crier_pg_array_add_int64(&c[WRITE_AUDIENCE_EVENT_ID], f->events[ai->slot].id);
+        crier_pg_array_add_str(&c[WRITE_AUDIENCE], ai->audience);
+        crier_pg_array_add_str(&c[WRITE_AUDIENCE_CONTENT], ai->content);
+        crier_pg_array_add_bool(&c[WRITE_AUDIENCE_BACKFILL], ai->backfill);
     }
 
     snprintf(f->max_attempts_text, sizeof f->max_attempts_text, "%d", f->opts.max_attempts);
     crier_pg_params_reset(&f->params);
-    for (int i = 0; i < 18; i++) {
-        if (types[i])
-            crier_pg_params_array(&f->params, &c[i]);
-        else
+    for (int i = 0; i < N_WRITE_PARAMS; i++) {
+        if (i == WRITE_RULES_VERSION)
             crier_pg_params_text(&f->params, crier_rules_version(f->rules));
+        else if (i == WRITE_MAX_ATTEMPTS)
+            crier_pg_params_text(&f->params, f->max_attempts_text);
+        else
+            crier_pg_params_array(&f->params, &c[i]);
     }
-    crier_pg_params_text(&f->params, f->max_attempts_text);
-    for (size_t a = 0; a < f->plan.n_audience_items; a++) {
-        const crier_plan_audience_item *ai = &f->plan.audience_items[a];
-        crier_pg_array_add_int64(&c[25], f->events[ai->slot].id);
-        crier_pg_array_add_str(&c[26], ai->audience);
-        crier_pg_array_add_str(&c[27], ai->content);
-        crier_pg_array_add_bool(&c[28], ai->backfill);
-    }
-    for (int i = 18; i < 29; i++)
-        crier_pg_params_array(&f->params, &c[i]);
     fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }
 
@@ -435,7 +515,7 @@ static void fanout_on_lock(crier_fanout *f, PGresult *res)
 {
     int n = PQntuples(res);
     for (int i = 0; i < n; i++) {
-        fanout_event *e = fanout_find(f, strtoll(PQgetvalue(res, i, 0), NULL, 10));
+        fanout_event *e = fanout_find(f, strtoll(PQgetvalue(res, i, LOCKED_EVENT_ID), NULL, 10));
         if (e)
             e->locked = true;
     }
@@ -445,23 +525,24 @@ static void fanout_on_lock(crier_fanout *f, PGresult *res)
 
 static void fanout_on_write(crier_fanout *f, PGresult *res)
 {
-    uint64_t created = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-    uint64_t deliveries = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
-    uint64_t done = strtoull(PQgetvalue(res, 0, 2), NULL, 10);
-    uint64_t dead = strtoull(PQgetvalue(res, 0, 3), NULL, 10);
-    uint64_t failed = f->cols[15].count;
+    uint64_t created = strtoull(PQgetvalue(res, 0, WRITTEN_NOTIFICATIONS), NULL, 10);
+    uint64_t deliveries = strtoull(PQgetvalue(res, 0, WRITTEN_DELIVERIES), NULL, 10);
+    uint64_t done = strtoull(PQgetvalue(res, 0, WRITTEN_DONE), NULL, 10);
+    uint64_t dead = strtoull(PQgetvalue(res, 0, WRITTEN_DEAD), NULL, 10);
+    uint64_t failed = f->cols[WRITE_FAILED_ID].count;
+    uint64_t planned = f->cols[WRITE_KEY_HASH].count;
 
     f->stats.batches++;
     f->stats.events_done += done;
     f->stats.events_dead += dead;
     f->stats.events_failed += failed - dead;
     f->stats.notifications_created += created;
-    f->stats.notifications_duplicate += f->cols[0].count - created;
+    f->stats.notifications_duplicate += planned - created;
     f->stats.deliveries_created += deliveries;
     f->batch_deliveries = deliveries;
     crier_debug("fanout", "batch: %zu events, %llu done, %llu notifications new, %llu duplicate, %llu deliveries",
                 f->n_events, (unsigned long long)done, (unsigned long long)created,
-                (unsigned long long)(f->cols[0].count - created), (unsigned long long)deliveries);
+                (unsigned long long)(planned - created), (unsigned long long)deliveries);
     fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
 }
 
@@ -510,7 +591,7 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
             f->committed(f->committed_ud, f->batch_deliveries);
         f->batch_deliveries = 0;
         /* more is due at once: the batch was full, or an audience has pages left */
-        if (f->batch_full || f->cols[23].count > 0)
+        if (f->batch_full || f->cols[WRITE_MORE_ID].count > 0)
             f->kicked = true;
         fanout_step(f);
         break;
@@ -603,7 +684,9 @@ void crier_fanout_free(crier_fanout *f)
     ev_timer_stop(f->loop, &f->retry);
     crier_rules_free(f->rules);
     crier_rules_free(f->next_rules);
-    for (size_t i = 0; i < sizeof f->cols / sizeof f->cols[0]; i++)
+    for (size_t i = 0; i < N_LOCK_PARAMS; i++)
+        crier_pg_array_free(&f->lock_cols[i]);
+    for (size_t i = 0; i < N_WRITE_PARAMS; i++)
         crier_pg_array_free(&f->cols[i]);
     crier_strbuf_free(&f->strings);
     crier_plan_free(&f->plan);
