@@ -1127,8 +1127,10 @@ CREATE TABLE crier.events (
     processed_at timestamp with time zone,
     cursor text,
     pages integer DEFAULT 0 NOT NULL,
+    lane smallint DEFAULT 0 NOT NULL,
     CONSTRAINT events_entity_id_check CHECK ((entity_id <> ''::text)),
     CONSTRAINT events_event_type_check CHECK ((event_type <> ''::text)),
+    CONSTRAINT events_lane_check CHECK ((lane = ANY (ARRAY[0, 1]))),
     CONSTRAINT events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text]))),
     CONSTRAINT events_tenant_check CHECK ((tenant <> ''::text))
 );
@@ -1545,10 +1547,10 @@ CREATE INDEX endpoints_probe ON crier.endpoints USING btree (next_probe_at) WHER
 CREATE INDEX events_dead ON crier.events USING btree (tenant, processed_at) WHERE (state = 'dead'::text);
 
 --
--- Name: events_pending; Type: INDEX; Schema: crier; Owner: -
+-- Name: events_pending_lane; Type: INDEX; Schema: crier; Owner: -
 --
 
-CREATE INDEX events_pending ON crier.events USING btree (id) WHERE (state = 'pending'::text);
+CREATE INDEX events_pending_lane ON crier.events USING btree (lane, id) WHERE (state = 'pending'::text);
 
 --
 -- Name: feed_items_person; Type: INDEX; Schema: crier; Owner: -

@@ -272,6 +272,9 @@ local function on_rule_error(err)
     if getmetatable(err) == rule_failure_mt then
         return err
     end
+    if sandbox.is_limit_error(err) and err.slow then
+        return { message = err.message, slow = true }
+    end
     return { message = traceback(message_only(err), 2), raw = true }
 end
 
@@ -488,15 +491,16 @@ end
 -- gen:plan(event): runs one event through the generation. event is
 -- { id = number, tenant = string, type = string, entity_id = string,
 -- payload_json = string, cursor = nil|string (the page to continue from, for
--- rules with crier.pages) }. Returns the plan, an array (in recipient order,
+-- rules with crier.pages), slow_after = nil|seconds (a soft limit: past it the
+-- run stops with code "slow") }. Returns the plan, an array (in recipient order,
 -- one entry per distinct recipient + discriminator) of
 --   { recipient = "id", discriminator = nil|"...", deliveries = {
 --       { channel = "webhook", url = "...", body = "<json>", secret = nil|"..." } } }
 -- (an event type without a rule plans nobody: {}); plan.next_cursor is set when
 -- a paged audience has more pages (plan the event again with cursor = it);
 -- or nil, err, code with code
--- "unknown_event_type", "invalid_payload" or "rule_error" (rule errors carry
--- a traceback). A non-table event raises.
+-- "unknown_event_type", "invalid_payload", "rule_error" (rule errors carry
+-- a traceback) or "slow" (the soft limit passed). A non-table event raises.
 function Generation:plan(event)
     if type(event) ~= "table" then
         error("gen:plan: event must be a table, got " .. type(event), 2)
@@ -522,10 +526,25 @@ function Generation:plan(event)
         payload = payload,
         cursor = event.cursor,
     }
+    local limits = registry.limits
+    if event.slow_after then
+        -- a soft limit on top of the rules' own: past it the run stops with
+        -- code "slow" (the caller plans the event again apart)
+        local soft = self.soft_limits
+        if not soft then
+            soft = setmetatable({}, { __index = limits })
+            self.soft_limits = soft
+        end
+        soft.soft = event.slow_after
+        limits = soft
+    end
     local previous = crier._set_registry(registry)
-    local ok, result = sandbox.run(registry.limits, run_rule, on_rule_error, rule, ev)
+    local ok, result = sandbox.run(limits, run_rule, on_rule_error, rule, ev)
     crier._set_registry(previous)
     if not ok then
+        if type(result) == "table" and result.slow then
+            return nil, result.message, "slow"
+        end
         if type(result) ~= "table" then
             -- memory errors do not run the error handler
             result = { message = message_only(result), raw = true }

@@ -21,7 +21,27 @@ local ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable
     ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall
 local collectgarbage, require = collectgarbage, require
 local format, match, concat, sort = string.format, string.match, table.concat, table.sort
+-- The wall clock of the limits: monotonic seconds (clock_gettime through the
+-- FFI in LuaJIT, in crier serve and nginx alike); os.clock — the process's CPU
+-- time, which other threads share — only where there is no FFI.
 local clock = os.clock
+do
+    local ok, ffi = pcall(require, "ffi")
+    if ok then
+        pcall(ffi.cdef, [[
+            struct crier_timespec { long tv_sec; long tv_nsec; };
+            int clock_gettime(int clk_id, struct crier_timespec *tp);
+        ]])
+        local ts = ffi.new("struct crier_timespec")
+        local C, CLOCK_MONOTONIC = ffi.C, 1
+        if pcall(C.clock_gettime, CLOCK_MONOTONIC, ts) then
+            clock = function()
+                C.clock_gettime(CLOCK_MONOTONIC, ts)
+                return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+            end
+        end
+    end
+end
 local sethook, gethook = debug.sethook, debug.gethook
 local jit = rawget(_G, "jit")
 
@@ -30,7 +50,7 @@ local sandbox = {}
 -- Defaults when the rules state none (crier.limits { ... } overrides).
 sandbox.default_limits = {
     instructions = 50000000, -- VM instructions per call
-    time = 1.0,              -- seconds of CPU per call
+    time = 1.0,              -- wall-clock seconds per call
     memory = 256 * 1024 * 1024, -- bytes the Lua heap may grow during one call
 }
 
@@ -111,7 +131,7 @@ end
 -- ngx), so nothing else runs under the hook.
 -- The state of the call running under the hook (one at a time: rule code
 -- cannot yield, and a nested run shares the outer one's budget).
-local active, budget, deadline, memory_kb, base_kb, used, tripped, run_limits
+local active, budget, deadline, soft_deadline, memory_kb, base_kb, used, tripped, run_limits
 
 local function hook()
     if tripped then
@@ -124,6 +144,11 @@ local function hook()
     elseif clock() > deadline then
         tripped = limit_error(format("rule exceeded its time limit (%gs; raise it with crier.limits "
             .. "{ time = ... })", run_limits.time))
+    elseif soft_deadline and clock() > soft_deadline then
+        -- not a failure: the caller plans the event again apart (crier serve's slow lane)
+        tripped = limit_error(format("rule ran longer than %gs: planned again in the slow lane",
+            run_limits.soft))
+        tripped.slow = true
     elseif collectgarbage("count") - base_kb > memory_kb then
         -- over by the count: collect once to see whether it is garbage
         collectgarbage()
@@ -164,7 +189,9 @@ function sandbox.run(limits, fn, handler, ...)
         return xpcall(fn, handler, ...)
     end
     active, run_limits, finish_handler = true, limits, handler
-    budget, deadline = limits.instructions, clock() + limits.time
+    local now = clock()
+    budget, deadline = limits.instructions, now + limits.time
+    soft_deadline = limits.soft and now + limits.soft or nil
     memory_kb, base_kb = limits.memory / 1024, collectgarbage("count")
     used, tripped = 0, nil
     old_hook, old_mask, old_count = gethook()

@@ -238,7 +238,10 @@ int crier_cli_duration(const char *cmd, const char *name, const char *arg, doubl
     char *end;
     double v = strtod(arg, &end);
     double unit = 1;
-    if (end != arg && end[0] && !end[1]) {
+    if (end != arg && !strcmp(end, "ms")) {
+        unit = 0.001;
+        end += 2;
+    } else if (end != arg && end[0] && !end[1]) {
         switch (*end) {
         case 's': unit = 1; end++; break;
         case 'm': unit = 60; end++; break;
@@ -247,7 +250,7 @@ int crier_cli_duration(const char *cmd, const char *name, const char *arg, doubl
         }
     }
     if (end == arg || *end != '\0' || !(v > 0) || v * unit > 3.2e8) {
-        crier_cli_error(cmd, "--%s expects a positive duration such as 30, 1.5s, 10m, 2h or 5d, got '%s'", name,
+        crier_cli_error(cmd, "--%s expects a positive duration such as 30, 1.5s, 250ms, 10m, 2h or 5d, got '%s'", name,
                         arg);
         return -1;
     }

@@ -111,8 +111,8 @@ int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, con
  * "crier CMD: --NAME expects …" and returns -1. */
 int crier_cli_positive_int(const char *cmd, const char *name, const char *arg, long max, int *out);
 
-/* Parses a positive duration: a number with an optional unit s, m, h or d
- * ("90", "1.5s", "30m", "5d") into seconds, or prints "crier CMD: --NAME
+/* Parses a positive duration: a number with an optional unit ms, s, m, h or d
+ * ("90", "1.5s", "250ms", "30m", "5d") into seconds, or prints "crier CMD: --NAME
  * expects …" and returns -1. */
 int crier_cli_duration(const char *cmd, const char *name, const char *arg, double *seconds);
 

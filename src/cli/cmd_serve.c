@@ -28,6 +28,12 @@ static const char serve_help[] =
     "  --delivery-batch N     deliveries per claim (default 200)\n"
     "  --event-attempts N     rule runs of a failing event before it is quarantined\n"
     "                         (dead, see crier dead list; default 5)\n"
+    "  --slow-rule D          an event whose rule runs longer moves to the slow lane,\n"
+    "                         planned apart on its own thread with the rules' full\n"
+    "                         limits, with its type's next events for a minute\n"
+    "                         (default 100ms)\n"
+    "  --batch-budget D       rules time per fan-out batch; the events not planned by\n"
+    "                         then wait for the next batch, untouched (default 2s)\n"
     "  --max-inflight N       concurrent sends (default 256)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
@@ -63,7 +69,7 @@ static const char serve_help[] =
     "                         (default 60s)\n"
     "  --stream-keepalive D   comment line interval on live feeds (GET /v1/feed/stream,\n"
     "                         Server-Sent Events; default 15s)\n"
-    "durations (D) take a unit: 90, 1.5s, 10m, 2h, 5d.\n";
+    "durations (D) take a unit: 90, 1.5s, 250ms, 10m, 2h, 5d.\n";
 
 enum {
     SERVE_OPT_HTTP = 2000,
@@ -73,6 +79,8 @@ enum {
     SERVE_OPT_HEALTHZ_MAX_LAG,
     SERVE_OPT_STREAM_KEEPALIVE,
     SERVE_OPT_HTTP_MAX_CONNECTIONS,
+    SERVE_OPT_SLOW_RULE,
+    SERVE_OPT_BATCH_BUDGET,
 };
 
 typedef struct {
@@ -197,6 +205,10 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_HTTP_MAX_CONNECTIONS:
         return crier_cli_positive_int("serve", "http-max-connections", arg, 1000000,
                                       &a->http.max_connections);
+    case SERVE_OPT_SLOW_RULE:
+        return crier_cli_duration("serve", "slow-rule", arg, &a->cfg.fanout.slow_after);
+    case SERVE_OPT_BATCH_BUDGET:
+        return crier_cli_duration("serve", "batch-budget", arg, &a->cfg.fanout.batch_budget);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     }
@@ -248,6 +260,8 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"no-migrate", no_argument, NULL, 'n'},
                                             {"shutdown-deadline", required_argument, NULL, 'D'},
                                             {"event-attempts", required_argument, NULL, 'R'},
+                                            {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
+                                            {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},

@@ -2,6 +2,7 @@
 #include "engine.h"
 
 #include "delivery_thread.h"
+#include "fanout_thread.h"
 #include "log.h"
 #include "rules_query.h"
 #include "rules_reload.h"
@@ -20,9 +21,10 @@ typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
     crier_pg *pg_fanout, *pg_listen;
-    crier_fanout *fanout;
+    crier_fanout *fanout;            /* the fast lane, on this loop */
+    crier_fanout_thread *slow;       /* the slow lane, on its own thread and loop */
     crier_delivery_thread *delivery; /* the delivery side, on its own thread and loop */
-    ev_async delivery_changed;       /* the delivery thread went idle or finished */
+    ev_async delivery_changed;       /* a thread went idle or finished */
     ev_timer poll;
     ev_prepare before_sleep;
     ev_signal sig_term, sig_int, sig_hup;
@@ -100,6 +102,7 @@ static void engine_write_status(engine *e)
 static void engine_kick_all(engine *e)
 {
     crier_fanout_kick(e->fanout);
+    crier_fanout_thread_kick(e->slow);
     crier_delivery_thread_kick(e->delivery);
 }
 
@@ -107,8 +110,10 @@ static void engine_on_notify(void *ud, const char *channel, const char *payload)
 {
     engine *e = ud;
     (void)payload;
-    if (!strcmp(channel, "crier_events"))
+    if (!strcmp(channel, "crier_events")) {
         crier_fanout_kick(e->fanout);
+        crier_fanout_thread_kick(e->slow);
+    }
     else
         crier_delivery_thread_kick(e->delivery);
 }
@@ -154,8 +159,8 @@ static void engine_on_committed(void *ud, uint64_t deliveries)
     crier_delivery_thread_kick(e->delivery);
 }
 
-/* Called on the delivery thread: wakes this loop so that before_sleep looks
- * at the delivery side's state again. */
+/* Called on the delivery thread or the slow lane's: wakes this loop so that
+ * before_sleep looks at their state again. */
 static void engine_delivery_changed(void *ud)
 {
     engine *e = ud;
@@ -175,11 +180,13 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
     engine *e = w->data;
     (void)revents;
     if (e->stopping) {
-        if (crier_fanout_between_batches(e->fanout) && crier_delivery_thread_finished(e->delivery))
+        if (crier_fanout_between_batches(e->fanout) && crier_fanout_thread_finished(e->slow) &&
+            crier_delivery_thread_finished(e->delivery))
             ev_break(loop, EVBREAK_ALL);
         return;
     }
-    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_delivery_thread_idle(e->delivery))
+    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_fanout_thread_idle(e->slow) &&
+        crier_delivery_thread_idle(e->delivery))
         ev_break(loop, EVBREAK_ALL);
 }
 
@@ -191,8 +198,23 @@ static void engine_stop(engine *e)
     crier_info("engine", "stopping: no new claims; letting in-flight work finish (deadline %.0fs)",
                e->cfg->shutdown_deadline);
     crier_fanout_stop(e->fanout);
+    crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
     ev_timer_stop(e->loop, &e->poll);
+}
+
+/* Gives the slow lane its own generation of the version just loaded (a
+ * lua_State serves one thread); when that fails it keeps its old one until
+ * the next reload, and says so. */
+static void engine_reload_slow_lane(engine *e)
+{
+    char err[4096];
+    crier_rules *copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
+    if (!copy) {
+        crier_warn("rules", "the slow lane keeps its rules until the next reload: %s", err);
+        return;
+    }
+    crier_fanout_thread_set_rules(e->slow, copy);
 }
 
 /* Loads the rules directory as a new generation (rules_reload.c) and hands it
@@ -217,6 +239,7 @@ static void engine_reload(engine *e, const char *why)
         crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why,
                    e->reloader.version);
         crier_fanout_set_rules(e->fanout, rules);
+        engine_reload_slow_lane(e);
         if (cfg->on_rules_reloaded)
             cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->reloader.version);
         break;
@@ -354,6 +377,15 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     e.delivery = crier_delivery_thread_start(cfg, engine_delivery_changed, &e, err, err_len);
     if (!e.delivery)
         goto out;
+    {
+        crier_rules *copy = crier_rules_reloader_load_copy(&e.reloader, err, err_len);
+        if (!copy)
+            goto out;
+        e.slow = crier_fanout_thread_start(cfg, copy, engine_on_committed, engine_delivery_changed, &e, err,
+                                           err_len);
+        if (!e.slow)
+            goto out;
+    }
 
     engine_listen(&e);
     ev_timer_init(&e.poll, engine_poll_cb, 0., cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
@@ -381,7 +413,9 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
 
     {
         crier_delivery_stats ds;
-        const crier_fanout_stats *fs = crier_fanout_get_stats(e.fanout);
+        crier_fanout_stats all = *crier_fanout_get_stats(e.fanout), *fs = &all;
+        crier_fanout_thread_join(e.slow, &all);
+        e.slow = NULL;
         crier_delivery_thread_join(e.delivery, &ds);
         e.delivery = NULL;
         if (stats) {
@@ -412,6 +446,7 @@ out:
         close(e.inotify_fd);
     }
     ev_prepare_stop(e.loop, &e.before_sleep);
+    crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
     crier_fanout_free(e.fanout);
     crier_rules_free(rules);

@@ -12,6 +12,7 @@
  * events are claimed again by any worker. */
 #include "fanout.h"
 
+#include "clock.h"
 #include "keys.h"
 #include "log.h"
 #include "pg_array.h"
@@ -21,6 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* How many slow event types the fast lane remembers, and for how long. */
+#define FANOUT_SLOW_TYPES 32
+#define FANOUT_SLOW_TYPE_SECONDS 60.0
 
 typedef enum {
     FANOUT_IDLE = 0,
@@ -86,6 +91,8 @@ enum {
     WRITE_AUDIENCE,          /* $28 text[] */
     WRITE_AUDIENCE_CONTENT,  /* $29 text[] */
     WRITE_AUDIENCE_BACKFILL, /* $30 bool[] */
+    /* events whose rules ran past the fast lane's soft limit */
+    WRITE_SLOW_ID,           /* $31 bigint[]: to the slow lane, untouched otherwise */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -124,6 +131,7 @@ struct crier_fanout {
     bool stopping;
     bool last_empty;   /* the last claim found nothing */
     bool batch_full;   /* the last claim filled the batch: go again at once */
+    bool released;     /* the batch's time budget released events: go again at once */
     ev_timer retry;    /* back-off after a database error */
 
     fanout_event *events;
@@ -139,14 +147,22 @@ struct crier_fanout {
     crier_pg_array cols[N_WRITE_PARAMS];
     crier_pg_params params;
     char limit_text[24];
+    char lane_text[8];
     char max_attempts_text[24];
+
+    /* Fast lane: event types whose rules ran past the soft limit lately; their
+     * next events go to the slow lane without running here. */
+    struct {
+        char type[128];
+        double until; /* monotonic seconds */
+    } slow_types[FANOUT_SLOW_TYPES];
 
     crier_fanout_stats stats;
 };
 
 static const char SQL_CLAIM[] =
     "SELECT id, tenant, event_type, entity_id, payload::text, attempts, cursor"
-    " FROM crier.events WHERE state = 'pending' AND available_at <= now()"
+    " FROM crier.events WHERE state = 'pending' AND available_at <= now() AND lane = $2::smallint"
     " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 
 static const char SQL_LOCK[] =
@@ -221,6 +237,9 @@ static const char SQL_WRITE[] =
     "  FROM unnest($16::bigint[], $17::text[], $18::bool[]) AS f(id, error, permanent)"
     "  WHERE e.id = f.id"
     "  RETURNING e.state"
+    "), slowed AS ("
+    "  UPDATE crier.events SET lane = 1 WHERE id = ANY($31::bigint[])"
+    "  RETURNING 1"
     ")"
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done),"
     "        (SELECT count(*) FROM failed WHERE state = 'dead')";
@@ -375,6 +394,30 @@ static bool key_set_insert(key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
     }
 }
 
+/* True when the fast lane saw an event of type run slow lately. */
+static bool fanout_type_is_slow(crier_fanout *f, const char *type)
+{
+    double now = crier_clock_s();
+    for (size_t i = 0; i < FANOUT_SLOW_TYPES; i++)
+        if (f->slow_types[i].until > now && !strcmp(f->slow_types[i].type, type))
+            return true;
+    return false;
+}
+
+/* Remembers type as slow for FANOUT_SLOW_TYPE_SECONDS (replacing the entry
+ * that expires first when all are taken). Longer names are not remembered. */
+static void fanout_type_mark_slow(crier_fanout *f, const char *type)
+{
+    size_t oldest = 0;
+    if (strlen(type) >= sizeof f->slow_types[0].type)
+        return;
+    for (size_t i = 1; i < FANOUT_SLOW_TYPES; i++)
+        if (f->slow_types[i].until < f->slow_types[oldest].until)
+            oldest = i;
+    snprintf(f->slow_types[oldest].type, sizeof f->slow_types[oldest].type, "%s", type);
+    f->slow_types[oldest].until = crier_clock_s() + FANOUT_SLOW_TYPE_SECONDS;
+}
+
 static void fanout_plan_and_write(crier_fanout *f)
 {
     char err[4096];
@@ -411,17 +454,34 @@ static void fanout_plan_and_write(crier_fanout *f)
         [WRITE_AUDIENCE] = CRIER_PG_TEXT,
         [WRITE_AUDIENCE_CONTENT] = CRIER_PG_TEXT,
         [WRITE_AUDIENCE_BACKFILL] = CRIER_PG_BOOL,
+        [WRITE_SLOW_ID] = CRIER_PG_INT8,
     };
+    double started = crier_clock_s();
+    size_t planned = 0;
 
     crier_plan_reset(&f->plan);
     for (int i = 0; i < N_WRITE_PARAMS; i++)
         if (types[i])
             crier_pg_array_begin(&c[i], types[i]);
 
+    f->released = false;
     for (size_t i = 0; i < f->n_events; i++) {
         fanout_event *e = &f->events[i];
         if (!e->locked)
             continue;
+        if (planned > 0 && crier_clock_s() - started > f->opts.batch_budget) {
+            /* the batch's time is up: the rest stay pending, untouched, for the next one */
+            f->released = true;
+            f->stats.events_released++;
+            continue;
+        }
+        if (f->opts.lane == CRIER_FANOUT_LANE_FAST &&
+            fanout_type_is_slow(f, crier_strbuf_at(&f->strings, e->event_type))) {
+            crier_pg_array_add_int64(&c[WRITE_SLOW_ID], e->id);
+            f->stats.events_slowed++;
+            continue;
+        }
+        planned++;
         crier_rule_event ev = {
             .id = e->id,
             .tenant = crier_strbuf_at(&f->strings, e->tenant),
@@ -430,8 +490,19 @@ static void fanout_plan_and_write(crier_fanout *f)
             .payload_json = crier_strbuf_at(&f->strings, e->payload),
             .cursor = e->cursor == SIZE_MAX ? NULL : crier_strbuf_at(&f->strings, e->cursor),
             .slot = i,
+            .slow_after = f->opts.lane == CRIER_FANOUT_LANE_FAST ? f->opts.slow_after : 0,
         };
         crier_plan_status st = crier_rules_plan(f->rules, &ev, &f->plan, err, sizeof err);
+        if (st == CRIER_PLAN_SLOW) {
+            crier_info("fanout", "event %lld (%s %s): its rule ran longer than %gs: it goes to the slow lane, "
+                                 "with the %s events of the next %.0fs",
+                       (long long)e->id, ev.event_type, ev.entity_id, f->opts.slow_after, ev.event_type,
+                       FANOUT_SLOW_TYPE_SECONDS);
+            fanout_type_mark_slow(f, ev.event_type);
+            crier_pg_array_add_int64(&c[WRITE_SLOW_ID], e->id);
+            f->stats.events_slowed++;
+            continue;
+        }
         if (st == CRIER_PLAN_OK && f->plan.next_cursor) {
             /* one page of a large audience: the event stays pending, and the
              * next batch continues from the cursor committed with this page */
@@ -571,8 +642,10 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
     switch (was) {
     case FANOUT_BEGIN:
         snprintf(f->limit_text, sizeof f->limit_text, "%d", f->opts.batch_size);
+        snprintf(f->lane_text, sizeof f->lane_text, "%d", f->opts.lane);
         crier_pg_params_reset(&f->params);
         crier_pg_params_text(&f->params, f->limit_text);
+        crier_pg_params_text(&f->params, f->lane_text);
         fanout_send(f, FANOUT_CLAIM, SQL_CLAIM, &f->params);
         break;
     case FANOUT_CLAIM:
@@ -591,7 +664,7 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
             f->committed(f->committed_ud, f->batch_deliveries);
         f->batch_deliveries = 0;
         /* more is due at once: the batch was full, or an audience has pages left */
-        if (f->batch_full || f->cols[WRITE_MORE_ID].count > 0)
+        if (f->batch_full || f->released || f->cols[WRITE_MORE_ID].count > 0)
             f->kicked = true;
         fanout_step(f);
         break;
@@ -634,6 +707,9 @@ crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *
     f->rules = rules;
     f->opts.batch_size = opts && opts->batch_size > 0 ? opts->batch_size : 500;
     f->opts.max_attempts = opts && opts->max_attempts > 0 ? opts->max_attempts : 5;
+    f->opts.lane = opts ? opts->lane : CRIER_FANOUT_LANE_FAST;
+    f->opts.slow_after = opts && opts->slow_after > 0 ? opts->slow_after : 0.1;
+    f->opts.batch_budget = opts && opts->batch_budget > 0 ? opts->batch_budget : 2.0;
     f->committed = committed;
     f->committed_ud = ud;
     ev_timer_init(&f->retry, fanout_retry_cb, 1.0, 0.);

@@ -20,9 +20,19 @@ struct ev_loop;
 
 typedef struct crier_fanout crier_fanout;
 
+/* The lanes (crier.events.lane): every event starts in the fast lane; one
+ * whose rules run longer than slow_after moves to the slow lane, which its
+ * own worker (fanout_thread.h) plans apart with the full limits. */
+enum { CRIER_FANOUT_LANE_FAST = 0, CRIER_FANOUT_LANE_SLOW = 1 };
+
 typedef struct {
-    int batch_size;   /* events claimed per transaction (default 500) */
-    int max_attempts; /* a failing event is dead after this many tries (default 5) */
+    int batch_size;      /* events claimed per transaction (default 500; slow lane 10) */
+    int max_attempts;    /* a failing event is dead after this many tries (default 5) */
+    int lane;            /* CRIER_FANOUT_LANE_*: the events this worker claims */
+    double slow_after;   /* fast lane: wall seconds one event's rules may run before the
+                            event is handed to the slow lane (default 0.1) */
+    double batch_budget; /* wall seconds of rules per batch; the events not planned by
+                            then are released for the next batch, untouched (default 2) */
 } crier_fanout_options;
 
 typedef struct {
@@ -35,6 +45,8 @@ typedef struct {
     uint64_t notifications_duplicate;
     uint64_t deliveries_created;
     uint64_t pages;          /* pages of paged audiences written with more to come */
+    uint64_t events_slowed;  /* handed to the slow lane (fast lane) */
+    uint64_t events_released; /* left for the next batch when the batch's time was up */
 } crier_fanout_stats;
 
 /* Called after each committed batch that created deliveries. */

@@ -543,6 +543,8 @@ static crier_plan_status status_from_code(const char *code)
         return CRIER_PLAN_UNKNOWN_TYPE;
     if (code && strcmp(code, "invalid_payload") == 0)
         return CRIER_PLAN_INVALID_PAYLOAD;
+    if (code && strcmp(code, "slow") == 0)
+        return CRIER_PLAN_SLOW;
     return CRIER_PLAN_RULE_ERROR;
 }
 
@@ -752,6 +754,10 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
     if (ev->cursor) {
         lua_pushstring(L, ev->cursor);
         lua_setfield(L, -2, "cursor");
+    }
+    if (ev->slow_after > 0) {
+        lua_pushnumber(L, ev->slow_after);
+        lua_setfield(L, -2, "slow_after");
     }
 
     plan->next_cursor = NULL;

@@ -28,6 +28,8 @@ typedef struct {
     const char *payload_json; /* JSON object text */
     const char *cursor;       /* paged audiences (crier.pages): where this page starts, NULL for the first */
     size_t slot;              /* caller's index for this event; copied into the plan rows */
+    double slow_after;        /* > 0: wall seconds the rule may run before the call stops with
+                                 CRIER_PLAN_SLOW (a soft limit under the rules' own) */
 } crier_rule_event;
 
 /* One delivery of a planned notification (one channel). */
@@ -84,7 +86,9 @@ typedef enum {
     CRIER_PLAN_OK = 0,
     CRIER_PLAN_UNKNOWN_TYPE,     /* no rule declares this event type */
     CRIER_PLAN_INVALID_PAYLOAD,  /* payload is not valid JSON or fails the type's schema */
-    CRIER_PLAN_RULE_ERROR        /* the rule raised an error (message has a traceback) */
+    CRIER_PLAN_RULE_ERROR,       /* the rule raised an error (message has a traceback) */
+    CRIER_PLAN_SLOW              /* the rule ran past ev->slow_after: not a failure; plan it
+                                    again without the soft limit */
 } crier_plan_status;
 
 /* Loads every *.lua file directly in rules_dir (sorted by name, *_spec.lua

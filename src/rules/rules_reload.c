@@ -28,6 +28,18 @@ crier_rules *crier_rules_reloader_load(crier_rules_reloader *rl, char *err, size
     return rules;
 }
 
+crier_rules *crier_rules_reloader_load_copy(crier_rules_reloader *rl, char *err, size_t err_len)
+{
+    crier_rules *rules = reload_load(rl, err, err_len);
+    if (rules && strcmp(crier_rules_version(rules), rl->version) != 0) {
+        snprintf(err, err_len, "the rules changed while a copy of version %.12s was loaded (now %.12s)",
+                 rl->version, crier_rules_version(rules));
+        crier_rules_free(rules);
+        return NULL;
+    }
+    return rules;
+}
+
 crier_reload_result crier_rules_reloader_reload(crier_rules_reloader *rl, const char *holder, const char *why,
                                                 crier_rules **fresh)
 {

@@ -44,6 +44,12 @@ typedef struct {
  * NULL with every problem in err ("file:line: message" lines). */
 crier_rules *crier_rules_reloader_load(crier_rules_reloader *rl, char *err, size_t err_len);
 
+/* Loads another generation of the running version, for a second holder that
+ * runs on another thread (a lua_State serves one thread). Returns it (the
+ * caller's), or NULL with err set when the files do not load or changed since
+ * the running version was loaded (the reload that follows catches up). */
+crier_rules *crier_rules_reloader_load_copy(crier_rules_reloader *rl, char *err, size_t err_len);
+
 /* Loads the source again for holder (a name for the log: "the engine", "the
  * HTTP API") because of why ("SIGHUP", "rules directory changed", …). NEW:
  * *fresh is the new generation, already the running version in rl; UNCHANGED:

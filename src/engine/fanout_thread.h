@@ -1,0 +1,49 @@
+/* fanout_thread.h — the slow lane of fan-out on its own thread and libev loop:
+ * events whose rules ran past the fast lane's soft limit (fanout.h, lane 1)
+ * are planned here, with their own connection, their own rules generation and
+ * query runner, in small batches under a time budget, so that a looping or
+ * pathological rule burns its full limit without holding back the fast lane,
+ * delivery or anyone else's events.
+ *
+ * Layer: engine (src/engine/), may use pg, rules, channels, base.
+ * Calls into: fanout, worker_thread, engine (config), rules, rules_query
+ * (rules), pg_async (pg), log (base).
+ */
+#ifndef CRIER_FANOUT_THREAD_H
+#define CRIER_FANOUT_THREAD_H
+
+#include "fanout.h"
+
+#include <stdbool.h>
+
+struct crier_engine_config;
+typedef struct crier_fanout_thread crier_fanout_thread;
+
+/* Connects and starts the lane with rules (owned from now on; its queries are
+ * given the lane's own runner). committed is called on the lane's thread
+ * after a batch that created deliveries (it must be thread-safe); changed
+ * (on the lane's thread) tells the owner that _idle or _finished may have
+ * changed. Returns the running lane, or NULL with err set (rules freed). */
+crier_fanout_thread *crier_fanout_thread_start(const struct crier_engine_config *cfg, crier_rules *rules,
+                                               crier_fanout_committed_fn committed, void (*changed)(void *ud),
+                                               void *ud, char *err, size_t err_len);
+
+/* Asks for a pass. Safe from any thread. */
+void crier_fanout_thread_kick(crier_fanout_thread *t);
+
+/* Hands over a new generation (owned by the lane from now on), used from its
+ * next batch. Safe from any thread. */
+void crier_fanout_thread_set_rules(crier_fanout_thread *t, crier_rules *rules);
+
+/* Stops starting batches (the one in flight completes). Safe from any thread. */
+void crier_fanout_thread_stop(crier_fanout_thread *t);
+
+/* Nothing due in the lane and no request pending / the loop has ended. */
+bool crier_fanout_thread_idle(crier_fanout_thread *t);
+bool crier_fanout_thread_finished(crier_fanout_thread *t);
+
+/* Stops (if not yet), waits, adds the lane's totals to stats (may be NULL)
+ * and frees everything. NULL is a no-op. */
+void crier_fanout_thread_join(crier_fanout_thread *t, crier_fanout_stats *stats);
+
+#endif
