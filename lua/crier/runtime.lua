@@ -259,6 +259,26 @@ end
 ---------------------------------------------------------------------------
 -- Planning
 
+-- runtime.PLAN_FIELDS: the shape of the plan gen:plan returns, which the C
+-- core reads (src/rules/rules.c, append_plan) and nothing else may change
+-- silently. One table per level: the plan itself (its array part holds the
+-- entries), an entry (one notification), a delivery (one channel of an
+-- entry), an audience item (mode "read"). A field's kind is "string",
+-- "boolean" or "list", with "?" when it may be nil. rules.c reads exactly
+-- these fields, through constants named PLAN_<LEVEL>_<FIELD> (the plan's own
+-- without a level); tests/lua/plan_fields_spec.lua checks rules.c and this
+-- planner against this table. Other fields (a webhook's url, say) are for
+-- Lua callers such as crier.testing.
+runtime.PLAN_FIELDS = {
+    plan = { next_cursor = "string?", audience_items = "list?" },
+    entry = { recipient = "string", discriminator = "string?", deliveries = "list" },
+    delivery = {
+        channel = "string", target = "string", body = "string", secret = "string?", subject = "string?",
+        html = "string?", from = "string?", retry_literal = "string?", honor_preferences = "boolean?",
+    },
+    audience_item = { audience = "string", content = "string", backfill = "boolean?" },
+}
+
 -- Errors raised by the planner itself (bad values returned by rule code)
 -- carry this metatable; they need no traceback.
 local rule_failure_mt = {}
@@ -492,13 +512,15 @@ end
 -- { id = number, tenant = string, type = string, entity_id = string,
 -- payload_json = string, cursor = nil|string (the page to continue from, for
 -- rules with crier.pages), slow_after = nil|seconds (a soft limit: past it the
--- run stops with code "slow") }. Returns the plan, an array (in recipient order,
--- one entry per distinct recipient + discriminator) of
+-- run stops with code "slow") }. Returns the plan (its shape:
+-- runtime.PLAN_FIELDS), an array (in recipient order, one entry per distinct
+-- recipient + discriminator) of
 --   { recipient = "id", discriminator = nil|"...", deliveries = {
---       { channel = "webhook", url = "...", body = "<json>", secret = nil|"..." } } }
+--       { channel = "webhook", target = "...", body = "<json>", secret = nil|"...", ... } } }
 -- (an event type without a rule plans nobody: {}); plan.next_cursor is set when
--- a paged audience has more pages (plan the event again with cursor = it);
--- or nil, err, code with code
+-- a paged audience has more pages (plan the event again with cursor = it); a
+-- rule in mode "read" returns { audience_items = { { audience, content,
+-- backfill }, ... } } instead; or nil, err, code with code
 -- "unknown_event_type", "invalid_payload", "rule_error" (rule errors carry
 -- a traceback) or "slow" (the soft limit passed). A non-table event raises.
 function Generation:plan(event)

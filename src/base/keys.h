@@ -13,6 +13,10 @@
  *     "msg_" is the id carried by side effects (webhook-id, Message-ID, …);
  *   - the lock key: a signed 64-bit integer from SHA-256 of the event's natural
  *     key (tenant, event type, entity id), for pg_try_advisory_xact_lock(bigint).
+ * The fan-out stores what these functions compute (message ids included). The
+ * other computations of the same facts, crier.testing.key in Lua and the
+ * message id in SQL (crier.api_notification), are pinned to this code by the
+ * shared vectors of tests/vectors/notification_keys.tsv.
  *
  * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
  * Calls into: nothing of crier's.

@@ -4,7 +4,7 @@
  *   BEGIN
  *   claim   SELECT … FROM crier.events WHERE state='pending' … FOR UPDATE SKIP LOCKED LIMIT n
  *   lock    SELECT id FROM unnest(ids, lock_keys) WHERE pg_try_advisory_xact_lock(key)
- *   (rules run in C/Lua, keys are hashed in C)
+ *   (rules run in C/Lua; keys, message ids and lock keys are computed in C, keys.h)
  *   write   one statement: notifications ON CONFLICT DO NOTHING RETURNING → deliveries
  *           for the new rows only → events marked done / failed / dead
  *   COMMIT
@@ -91,8 +91,10 @@ enum {
     WRITE_AUDIENCE,          /* $28 text[] */
     WRITE_AUDIENCE_CONTENT,  /* $29 text[] */
     WRITE_AUDIENCE_BACKFILL, /* $30 bool[] */
+    /* deliveries, continued */
+    WRITE_MESSAGE_ID,        /* $31 text[]: the side-effect id, crier_key_hash_id */
     /* events whose rules ran past the fast lane's soft limit */
-    WRITE_SLOW_ID,           /* $31 bigint[]: to the slow lane, untouched otherwise */
+    WRITE_SLOW_ID,           /* $32 bigint[]: to the slow lane, untouched otherwise */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -183,11 +185,11 @@ static const char SQL_WRITE[] =
     "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type"
     "), planned AS ("
     "  SELECT ins.id AS notification_id, ins.tenant, ins.recipient_id, ins.event_type, ins.key_hash,"
-    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry,"
+    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id,"
     "      pref.enabled AS pref_enabled, pref.event_type AS pref_type, pref.channel AS pref_channel"
     "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[],"
-    "      $21::text[], $22::text[], $23::text[], $24::bool[])"
-    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor)"
+    "      $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[])"
+    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor, message_id)"
     "  JOIN ins ON ins.key_hash = d.key_hash"
     "  LEFT JOIN LATERAL ("
     "      SELECT p.enabled, p.event_type, p.channel FROM crier.preferences p"
@@ -197,7 +199,7 @@ static const char SQL_WRITE[] =
     "), dlv AS ("
     "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
     "      subject, html, sender, retry_schedule, state, last_error)"
-    "  SELECT p.notification_id, p.tenant, p.channel, 'msg_' || replace(p.key_hash::text, '-', ''),"
+    "  SELECT p.notification_id, p.tenant, p.channel, p.message_id,"
     "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[],"
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed' ELSE 'pending' END,"
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '"
@@ -238,7 +240,7 @@ static const char SQL_WRITE[] =
     "  WHERE e.id = f.id"
     "  RETURNING e.state"
     "), slowed AS ("
-    "  UPDATE crier.events SET lane = 1 WHERE id = ANY($31::bigint[])"
+    "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])"
     "  RETURNING 1"
     ")"
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done),"
@@ -454,6 +456,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         [WRITE_AUDIENCE] = CRIER_PG_TEXT,
         [WRITE_AUDIENCE_CONTENT] = CRIER_PG_TEXT,
         [WRITE_AUDIENCE_BACKFILL] = CRIER_PG_BOOL,
+        [WRITE_MESSAGE_ID] = CRIER_PG_TEXT,
         [WRITE_SLOW_ID] = CRIER_PG_INT8,
     };
     double started = crier_clock_s();
@@ -534,10 +537,12 @@ static void fanout_plan_and_write(crier_fanout *f)
             .discriminator = pr->discriminator,
         };
         uint8_t h[CRIER_KEY_HASH_LEN];
+        char message_id[CRIER_KEY_ID_LEN + 1];
         crier_key_hash(&kp, h);
         if (!key_set_insert(&f->seen, h))
             continue; /* the same notification twice in one batch: keep the first */
         size_t klen = crier_key_readable(&kp, key, sizeof key);
+        crier_key_hash_id(h, message_id);
         crier_pg_array_add_uuid(&c[WRITE_KEY_HASH], h);
         crier_pg_array_add_text(&c[WRITE_KEY], key, klen < sizeof key ? klen : sizeof key - 1);
         crier_pg_array_add_int64(&c[WRITE_EVENT_ID], e->id);
@@ -558,6 +563,7 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_array_add_str(&c[WRITE_SENDER], pd->sender);
             crier_pg_array_add_str(&c[WRITE_RETRY], pd->retry);
             crier_pg_array_add_bool(&c[WRITE_HONOR_PREFERENCES], pd->honor_preferences);
+            crier_pg_array_add_text(&c[WRITE_MESSAGE_ID], message_id, CRIER_KEY_ID_LEN);
         }
     }
 

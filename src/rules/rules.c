@@ -537,6 +537,29 @@ void crier_plan_free(crier_plan *plan)
 /* ------------------------------------------------------------------------ */
 /* Planning */
 
+/* The fields of the plan table gen:plan returns, as runtime.PLAN_FIELDS in
+ * lua/crier/runtime.lua declares them (PLAN_<LEVEL>_<FIELD>, the plan's own
+ * fields without a level). This file reads no other field, and only through
+ * these names: tests/lua/plan_fields_spec.lua checks both against the
+ * declaration. */
+#define PLAN_NEXT_CURSOR "next_cursor"
+#define PLAN_AUDIENCE_ITEMS "audience_items"
+#define PLAN_ENTRY_RECIPIENT "recipient"
+#define PLAN_ENTRY_DISCRIMINATOR "discriminator"
+#define PLAN_ENTRY_DELIVERIES "deliveries"
+#define PLAN_DELIVERY_CHANNEL "channel"
+#define PLAN_DELIVERY_TARGET "target"
+#define PLAN_DELIVERY_BODY "body"
+#define PLAN_DELIVERY_SECRET "secret"
+#define PLAN_DELIVERY_SUBJECT "subject"
+#define PLAN_DELIVERY_HTML "html"
+#define PLAN_DELIVERY_FROM "from"
+#define PLAN_DELIVERY_RETRY_LITERAL "retry_literal"
+#define PLAN_DELIVERY_HONOR_PREFERENCES "honor_preferences"
+#define PLAN_AUDIENCE_ITEM_AUDIENCE "audience"
+#define PLAN_AUDIENCE_ITEM_CONTENT "content"
+#define PLAN_AUDIENCE_ITEM_BACKFILL "backfill"
+
 static crier_plan_status status_from_code(const char *code)
 {
     if (code && strcmp(code, "unknown_event_type") == 0)
@@ -605,16 +628,16 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             why = "entry";
             goto bad;
         }
-        if (copy_field(L, -1, "recipient", 0, plan, &recipient, NULL, &why) != 0 ||
-            copy_field(L, -1, "discriminator", 1, plan, &discriminator, NULL, &why) != 0)
+        if (copy_field(L, -1, PLAN_ENTRY_RECIPIENT, 0, plan, &recipient, NULL, &why) != 0 ||
+            copy_field(L, -1, PLAN_ENTRY_DISCRIMINATOR, 1, plan, &discriminator, NULL, &why) != 0)
             goto bad;
         if (recipient[0] == '\0') {
-            why = "recipient";
+            why = PLAN_ENTRY_RECIPIENT;
             goto bad;
         }
-        lua_getfield(L, -1, "deliveries");
+        lua_getfield(L, -1, PLAN_ENTRY_DELIVERIES);
         if (lua_type(L, -1) != LUA_TTABLE) {
-            why = "deliveries";
+            why = PLAN_ENTRY_DELIVERIES;
             goto bad;
         }
         first = plan->n_deliveries;
@@ -628,14 +651,14 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
                 why = "delivery";
                 goto bad;
             }
-            if (copy_field(L, -1, "channel", 0, plan, &channel, NULL, &why) != 0 ||
-                copy_field(L, -1, "target", 0, plan, &target, NULL, &why) != 0 ||
-                copy_field(L, -1, "body", 0, plan, &body, &body_len, &why) != 0 ||
-                copy_field(L, -1, "secret", 1, plan, &secret, NULL, &why) != 0 ||
-                copy_field(L, -1, "subject", 1, plan, &subject, NULL, &why) != 0 ||
-                copy_field(L, -1, "html", 1, plan, &html, NULL, &why) != 0 ||
-                copy_field(L, -1, "from", 1, plan, &sender, NULL, &why) != 0 ||
-                copy_field(L, -1, "retry_literal", 1, plan, &retry, NULL, &why) != 0)
+            if (copy_field(L, -1, PLAN_DELIVERY_CHANNEL, 0, plan, &channel, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_TARGET, 0, plan, &target, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_BODY, 0, plan, &body, &body_len, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_SECRET, 1, plan, &secret, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_SUBJECT, 1, plan, &subject, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_HTML, 1, plan, &html, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_FROM, 1, plan, &sender, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_RETRY_LITERAL, 1, plan, &retry, NULL, &why) != 0)
                 goto bad;
             d = plan_add_delivery(plan);
             if (!d) {
@@ -651,7 +674,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             d->html = html;
             d->sender = sender;
             d->retry = retry;
-            lua_getfield(L, -1, "honor_preferences");
+            lua_getfield(L, -1, PLAN_DELIVERY_HONOR_PREFERENCES);
             d->honor_preferences = lua_isnil(L, -1) || lua_toboolean(L, -1);
             lua_pop(L, 1);
             lua_pop(L, 1);
@@ -669,7 +692,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
         r->n_deliveries = n_deliveries;
     }
     /* mode = "read": { audience_items = { { audience, content, backfill }, ... } } */
-    lua_getfield(L, top, "audience_items");
+    lua_getfield(L, top, PLAN_AUDIENCE_ITEMS);
     if (lua_type(L, -1) == LUA_TTABLE) {
         size_t m = lua_objlen(L, -1);
         for (size_t i = 1; i <= m; i++) {
@@ -679,8 +702,8 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
                 why = "audience item";
                 goto bad;
             }
-            if (copy_field(L, -1, "audience", 0, plan, &audience, NULL, &why) != 0 ||
-                copy_field(L, -1, "content", 0, plan, &content, NULL, &why) != 0)
+            if (copy_field(L, -1, PLAN_AUDIENCE_ITEM_AUDIENCE, 0, plan, &audience, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_AUDIENCE_ITEM_CONTENT, 0, plan, &content, NULL, &why) != 0)
                 goto bad;
             if (plan->n_audience_items == plan->cap_audience_items) {
                 size_t cap = plan->cap_audience_items ? plan->cap_audience_items * 2 : 16;
@@ -696,7 +719,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             a->slot = slot;
             a->audience = audience;
             a->content = content;
-            lua_getfield(L, -1, "backfill");
+            lua_getfield(L, -1, PLAN_AUDIENCE_ITEM_BACKFILL);
             a->backfill = lua_toboolean(L, -1);
             lua_pop(L, 2);
         }
@@ -775,7 +798,7 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
         } else {
             size_t len;
             const char *next;
-            lua_getfield(L, -1, "next_cursor");
+            lua_getfield(L, -1, PLAN_NEXT_CURSOR);
             next = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
             if (next && !(plan->next_cursor = plan_store(plan, next, len))) {
                 plan_rollback(plan, mark);
