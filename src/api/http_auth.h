@@ -18,7 +18,7 @@
 #define CRIER_HTTP_AUTH_H
 
 #include "base64.h"
-#include "http_api.h"
+#include "http_server.h"
 
 #include <stdbool.h>
 #include <stddef.h>

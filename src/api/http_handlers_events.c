@@ -1,7 +1,7 @@
 /* http_handlers_events.c — intake and tokens: POST /v1/events (validated by
  * the rules, deduplicated by crier.emit, with Idempotency-Key replays),
  * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser). */
-#include "http_api.h"
+#include "http_server.h"
 #include "http_auth.h"
 #include "log.h"
 

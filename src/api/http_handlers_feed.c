@@ -3,7 +3,7 @@
  * seen (exact: crier.feed_mark_all stores the request's snapshot), and
  * marking one item. A user token reaches only its own person's feed; an API
  * key names the person with ?user=. */
-#include "http_api.h"
+#include "http_server.h"
 #include "http_auth.h"
 #include "http_stream.h"
 

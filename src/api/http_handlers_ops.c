@@ -1,7 +1,7 @@
 /* http_handlers_ops.c — the operator's endpoints: a notification's status with
  * its deliveries and attempts, dead letters (listed with keyset cursors, and
  * replayed), /metrics in the Prometheus text format and /healthz. */
-#include "http_api.h"
+#include "http_server.h"
 #include "http_auth.h"
 #include "log.h"
 #include "time_arg.h"

@@ -20,7 +20,7 @@
 #ifndef CRIER_HTTP_STREAM_H
 #define CRIER_HTTP_STREAM_H
 
-#include "http_api.h"
+#include "http_server.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
  * configured database or the embedded default. */
 #include "cli.h"
 #include "engine.h"
-#include "http_api.h"
+#include "http_server.h"
 #include "log.h"
 #include "migrate.h"
 #include "target_guard.h"

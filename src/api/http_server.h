@@ -1,4 +1,4 @@
-/* http_api.h — the HTTP API of crier serve (JSON over HTTP/1.1, libmicrohttpd).
+/* http_server.h — the HTTP API of crier serve (JSON over HTTP/1.1, libmicrohttpd).
  *
  * It runs beside the engine, not on its libev loop: libmicrohttpd's own
  * threads (a pool of --http-threads, each polling its connections) accept and

@@ -1,8 +1,8 @@
-/* http_api.c — the HTTP API server: libmicrohttpd threads, routing, the
+/* http_server.c — the HTTP API server: libmicrohttpd threads, routing, the
  * per-request transaction on a pooled PostgreSQL connection, request and
  * response helpers, the JSON writer, CORS and the API's own metrics (see
- * http_api.h). */
-#include "http_api.h"
+ * http_server.h). */
+#include "http_server.h"
 
 #include "clock.h"
 #include "http_auth.h"
