@@ -76,39 +76,39 @@ static void auth_derive(const unsigned char *secret, size_t secret_len, const ch
 
 /* Appends s as a JSON string (the token payload's ids have no control
  * characters; quotes and backslashes are escaped). */
-static void auth_json_string(crier_http_buf *b, const char *s)
+static void auth_json_string(crier_json_buf *b, const char *s)
 {
-    crier_http_buf_json_string(b, s);
+    crier_json_buf_string(b, s);
 }
 
 char *crier_auth_token_sign(const unsigned char *secret, size_t secret_len, const char *tenant,
                             const char *user, long long exp)
 {
-    crier_http_buf payload = {0}, token = {0};
+    crier_json_buf payload = {0}, token = {0};
     unsigned char key[32], mac[32];
     char *b64;
 
-    crier_http_buf_puts(&payload, "{\"t\":");
+    crier_json_buf_puts(&payload, "{\"t\":");
     auth_json_string(&payload, tenant);
-    crier_http_buf_puts(&payload, ",\"u\":");
+    crier_json_buf_puts(&payload, ",\"u\":");
     auth_json_string(&payload, user);
-    crier_http_buf_printf(&payload, ",\"exp\":%lld}", exp);
+    crier_json_buf_printf(&payload, ",\"exp\":%lld}", exp);
 
     b64 = malloc(CRIER_BASE64URL_LEN(payload.len) + 1);
     if (!b64)
         abort();
     crier_base64url_encode((const unsigned char *)payload.data, payload.len, b64);
-    crier_http_buf_puts(&token, CRIER_USER_TOKEN_PREFIX);
-    crier_http_buf_puts(&token, b64);
+    crier_json_buf_puts(&token, CRIER_USER_TOKEN_PREFIX);
+    crier_json_buf_puts(&token, b64);
     free(b64);
-    crier_http_buf_free(&payload);
+    crier_json_buf_free(&payload);
 
     auth_derive(secret, secret_len, "crier/user-token/v1", key);
     auth_hmac(key, sizeof key, token.data, token.len, mac);
     char mac64[CRIER_BASE64URL_LEN(32) + 1];
     crier_base64url_encode(mac, sizeof mac, mac64);
-    crier_http_buf_puts(&token, ".");
-    crier_http_buf_puts(&token, mac64);
+    crier_json_buf_puts(&token, ".");
+    crier_json_buf_puts(&token, mac64);
     OPENSSL_cleanse(key, sizeof key);
     return token.data;
 }
@@ -284,21 +284,21 @@ static void cursor_mac(const crier_http_request *r, const char *const *scope, in
                        const unsigned char *pos, size_t pos_len, unsigned char out[32])
 {
     unsigned char key[32];
-    crier_http_buf msg = {0};
-    crier_http_buf_puts(&msg, "crier/cursor/v1");
+    crier_json_buf msg = {0};
+    crier_json_buf_puts(&msg, "crier/cursor/v1");
     /* length-prefixed scope parts: no two scopes share an encoding */
     for (int i = 0; i < n_scope; i++) {
         size_t len = strlen(scope[i]);
         unsigned char l[4] = {(unsigned char)(len >> 24), (unsigned char)(len >> 16),
                               (unsigned char)(len >> 8), (unsigned char)len};
-        crier_http_buf_add(&msg, (const char *)l, 4);
-        crier_http_buf_add(&msg, scope[i], len);
+        crier_json_buf_add(&msg, (const char *)l, 4);
+        crier_json_buf_add(&msg, scope[i], len);
     }
-    crier_http_buf_add(&msg, (const char *)pos, pos_len);
+    crier_json_buf_add(&msg, (const char *)pos, pos_len);
     auth_derive(r->secret, r->secret_len, "crier/cursor/v1", key);
     auth_hmac(key, sizeof key, msg.data, msg.len, out);
     OPENSSL_cleanse(key, sizeof key);
-    crier_http_buf_free(&msg);
+    crier_json_buf_free(&msg);
 }
 
 void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,

@@ -204,7 +204,7 @@ int crier_http_tokens_create(crier_http_request *r)
     char expires[40];
     time_t exp;
     struct tm tm;
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
 
     if (crier_http_body_fields(r, names, 2, f, false) < 0 ||
         crier_http_field_string(r, &f[0], true, CRIER_HTTP_ID_MAX, true, &user) < 0 ||
@@ -214,13 +214,13 @@ int crier_http_tokens_create(crier_http_request *r)
     token = crier_auth_token_sign(r->secret, r->secret_len, r->tenant, user, (long long)exp);
     gmtime_r(&exp, &tm);
     strftime(expires, sizeof expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    crier_http_buf_puts(&out, "{\"token\":");
-    crier_http_buf_json_string(&out, token);
-    crier_http_buf_puts(&out, ",\"user\":");
-    crier_http_buf_json_string(&out, user);
-    crier_http_buf_printf(&out, ",\"expires_at\":\"%s\",\"expires_in\":%lld}", expires, ttl);
+    crier_json_buf_puts(&out, "{\"token\":");
+    crier_json_buf_string(&out, token);
+    crier_json_buf_puts(&out, ",\"user\":");
+    crier_json_buf_string(&out, user);
+    crier_json_buf_printf(&out, ",\"expires_at\":\"%s\",\"expires_in\":%lld}", expires, ttl);
     crier_http_reply(r, 201, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     free(token);
     return 0;
 }

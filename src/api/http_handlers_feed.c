@@ -48,7 +48,7 @@ int crier_http_feed_list(crier_http_request *r)
     char before_text[24], limit_text[24];
     const char *values[5];
     PGresult *res;
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     int n;
 
     if (feed_user(r, &user) < 0 ||
@@ -88,10 +88,10 @@ int crier_http_feed_list(crier_http_request *r)
     const char *head_scope[] = {"feed-head", user};
     crier_http_buf_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
                           2);
-    crier_http_buf_puts(&out, "}");
+    crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }
 

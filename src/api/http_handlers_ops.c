@@ -50,7 +50,7 @@ int crier_http_dead_list(crier_http_request *r)
     const char *values[10];
     const char *scope[] = {"dead"};
     PGresult *res;
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     int n;
 
     if (crier_http_arg(r, "type", &d.type) < 0 || crier_http_arg(r, "channel", &d.channel) < 0 ||
@@ -94,10 +94,10 @@ int crier_http_dead_list(crier_http_request *r)
     crier_http_buf_items(&out, res, (int)limit);
     crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 3, scope,
                           1);
-    crier_http_buf_puts(&out, "}");
+    crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }
 
@@ -190,7 +190,7 @@ static const char *metric_help(const char *name)
 
 int crier_http_metrics(crier_http_request *r)
 {
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     char err[512], prev[64] = "";
     PGresult *res = NULL;
     bool up = false;
@@ -211,40 +211,40 @@ int crier_http_metrics(crier_http_request *r)
             break;
         crier_http_db_release(r);
     }
-    crier_http_buf_puts(
+    crier_json_buf_puts(
         &out, "# HELP crier_database_up 1 when the API could query the database for this scrape.\n"
               "# TYPE crier_database_up gauge\n");
-    crier_http_buf_printf(&out, "crier_database_up %d\n", up ? 1 : 0);
+    crier_json_buf_printf(&out, "crier_database_up %d\n", up ? 1 : 0);
     for (int i = 0; up && i < PQntuples(res); i++) {
         const char *name = PQgetvalue(res, i, 0);
         if (strcmp(name, prev)) {
             /* HELP/TYPE once per metric (rows of a metric are adjacent) */
-            crier_http_buf_puts(&out, metric_help(name));
+            crier_json_buf_puts(&out, metric_help(name));
             snprintf(prev, sizeof prev, "%s", name);
         }
-        crier_http_buf_puts(&out, name);
+        crier_json_buf_puts(&out, name);
         if (!PQgetisnull(res, i, 1)) {
-            crier_http_buf_printf(&out, "{%s=", PQgetvalue(res, i, 1));
-            crier_http_buf_label(&out, PQgetvalue(res, i, 2));
+            crier_json_buf_printf(&out, "{%s=", PQgetvalue(res, i, 1));
+            crier_json_buf_prometheus_label(&out, PQgetvalue(res, i, 2));
             if (!PQgetisnull(res, i, 3)) {
-                crier_http_buf_printf(&out, ",%s=", PQgetvalue(res, i, 3));
-                crier_http_buf_label(&out, PQgetvalue(res, i, 4));
+                crier_json_buf_printf(&out, ",%s=", PQgetvalue(res, i, 3));
+                crier_json_buf_prometheus_label(&out, PQgetvalue(res, i, 4));
             }
-            crier_http_buf_puts(&out, "}");
+            crier_json_buf_puts(&out, "}");
         }
-        crier_http_buf_printf(&out, " %s\n", PQgetvalue(res, i, 5));
+        crier_json_buf_printf(&out, " %s\n", PQgetvalue(res, i, 5));
     }
     PQclear(res);
     crier_http_api_write_metrics(r->api, &out);
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
     crier_http_reply(r, 200, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }
 
 int crier_http_healthz(crier_http_request *r)
 {
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     char err[512], version[65];
     double max_lag = crier_http_api_max_lag(r->api), lag;
     PGresult *res;
@@ -268,19 +268,19 @@ int crier_http_healthz(crier_http_request *r)
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         PQclear(res);
-        crier_http_buf_puts(
+        crier_json_buf_puts(
             &out, "{\"status\":\"unavailable\",\"database\":\"unreachable\",\"error\":{\"code\":"
                   "\"database_unavailable\",\"message\":");
-        crier_http_buf_json_string(&out, err);
-        crier_http_buf_puts(&out, "}}");
+        crier_json_buf_string(&out, err);
+        crier_json_buf_puts(&out, "}}");
         crier_http_reply(r, 503, out.data, out.len);
-        crier_http_buf_free(&out);
+        crier_json_buf_free(&out);
         return 0;
     }
     lag = strtod(PQgetvalue(res, 0, 0), NULL);
     PQclear(res);
     if (lag > max_lag) {
-        crier_http_buf_printf(
+        crier_json_buf_printf(
             &out,
             "{\"status\":\"lagging\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
             "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\",\"error\":{\"code\":\"outbox_lag\","
@@ -288,12 +288,12 @@ int crier_http_healthz(crier_http_request *r)
             lag, max_lag, version, lag, max_lag);
         crier_http_reply(r, 503, out.data, out.len);
     } else {
-        crier_http_buf_printf(&out,
+        crier_json_buf_printf(&out,
                               "{\"status\":\"ok\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
                               "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\"}",
                               lag, max_lag, version);
         crier_http_reply(r, 200, out.data, out.len);
     }
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }

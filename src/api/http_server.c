@@ -33,155 +33,6 @@
 #define API_DEFAULT_CONNECTIONS 1024
 
 /* ------------------------------------------------------------------------
- * JSON writer
- */
-
-void crier_http_buf_add(crier_http_buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p)
-            abort();
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-void crier_http_buf_puts(crier_http_buf *b, const char *s)
-{
-    crier_http_buf_add(b, s, strlen(s));
-}
-
-void crier_http_buf_printf(crier_http_buf *b, const char *fmt, ...)
-{
-    char small[256];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n < sizeof small) {
-        crier_http_buf_add(b, small, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        abort();
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    crier_http_buf_add(b, big, (size_t)n);
-    free(big);
-}
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid. */
-static size_t utf8_sequence(const unsigned char *s)
-{
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        return (s[1] & 0xc0) == 0x80 ? 2 : 0;
-    if (s[0] >= 0xe0 && s[0] <= 0xef) {
-        if ((s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80)
-            return 0;
-        if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))
-            return 0; /* overlong, surrogate */
-        return 3;
-    }
-    if (s[0] >= 0xf0 && s[0] <= 0xf4) {
-        if ((s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 || (s[3] & 0xc0) != 0x80)
-            return 0;
-        if ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))
-            return 0;
-        return 4;
-    }
-    return 0;
-}
-
-void crier_http_buf_json_string(crier_http_buf *b, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    if (!s) {
-        crier_http_buf_puts(b, "null");
-        return;
-    }
-    crier_http_buf_add(b, "\"", 1);
-    while (*p) {
-        const unsigned char *run = p;
-        /* copy a run of characters that need no escaping */
-        while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
-            p++;
-        if (p > run)
-            crier_http_buf_add(b, (const char *)run, (size_t)(p - run));
-        if (!*p)
-            break;
-        if (*p == '"' || *p == '\\') {
-            char esc[2] = {'\\', (char)*p};
-            crier_http_buf_add(b, esc, 2);
-            p++;
-        } else if (*p < 0x20) {
-            switch (*p) {
-            case '\n':
-                crier_http_buf_puts(b, "\\n");
-                break;
-            case '\r':
-                crier_http_buf_puts(b, "\\r");
-                break;
-            case '\t':
-                crier_http_buf_puts(b, "\\t");
-                break;
-            default:
-                crier_http_buf_printf(b, "\\u%04x", *p);
-                break;
-            }
-            p++;
-        } else {
-            size_t n = utf8_sequence(p);
-            if (n == 0) {
-                crier_http_buf_puts(b, "\xef\xbf\xbd"); /* U+FFFD */
-                p++;
-            } else {
-                crier_http_buf_add(b, (const char *)p, n);
-                p += n;
-            }
-        }
-    }
-    crier_http_buf_add(b, "\"", 1);
-}
-
-void crier_http_buf_label(crier_http_buf *b, const char *s)
-{
-    crier_http_buf_add(b, "\"", 1);
-    for (; s && *s; s++) {
-        if (*s == '\\')
-            crier_http_buf_puts(b, "\\\\");
-        else if (*s == '"')
-            crier_http_buf_puts(b, "\\\"");
-        else if (*s == '\n')
-            crier_http_buf_puts(b, "\\n");
-        else
-            crier_http_buf_add(b, s, 1);
-    }
-    crier_http_buf_add(b, "\"", 1);
-}
-
-void crier_http_buf_free(crier_http_buf *b)
-{
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
-/* ------------------------------------------------------------------------
  * The server
  */
 
@@ -461,7 +312,7 @@ int crier_http_reply(crier_http_request *r, unsigned status, const char *body, s
 {
     r->status = status;
     r->response.len = 0;
-    crier_http_buf_add(&r->response, body, len);
+    crier_json_buf_add(&r->response, body, len);
     return 0;
 }
 
@@ -475,11 +326,11 @@ int crier_http_error(crier_http_request *r, unsigned status, const char *code, c
     r->status = status;
     r->content_type = NULL;
     r->response.len = 0;
-    crier_http_buf_puts(&r->response, "{\"error\":{\"code\":");
-    crier_http_buf_json_string(&r->response, code);
-    crier_http_buf_puts(&r->response, ",\"message\":");
-    crier_http_buf_json_string(&r->response, msg);
-    crier_http_buf_puts(&r->response, "}}");
+    crier_json_buf_puts(&r->response, "{\"error\":{\"code\":");
+    crier_json_buf_string(&r->response, code);
+    crier_json_buf_puts(&r->response, ",\"message\":");
+    crier_json_buf_string(&r->response, msg);
+    crier_json_buf_puts(&r->response, "}}");
     return -1;
 }
 
@@ -691,32 +542,32 @@ int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sq
     return 0;
 }
 
-void crier_http_buf_items(crier_http_buf *b, PGresult *res, int limit)
+void crier_http_buf_items(crier_json_buf *b, PGresult *res, int limit)
 {
     int n = PQntuples(res);
-    crier_http_buf_puts(b, "{\"items\":[");
+    crier_json_buf_puts(b, "{\"items\":[");
     for (int i = 0; i < n && i < limit; i++) {
         if (i)
-            crier_http_buf_puts(b, ",");
-        crier_http_buf_add(b, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
+            crier_json_buf_puts(b, ",");
+        crier_json_buf_add(b, PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0));
     }
-    crier_http_buf_puts(b, "]");
+    crier_json_buf_puts(b, "]");
 }
 
-void crier_http_buf_cursor(crier_http_request *r, crier_http_buf *b, const char *name, PGresult *res,
+void crier_http_buf_cursor(crier_http_request *r, crier_json_buf *b, const char *name, PGresult *res,
                            int row, int first, int n, const char *const *scope, int n_scope)
 {
     int64_t pos[CRIER_CURSOR_MAX_VALUES];
     char text[160];
-    crier_http_buf_printf(b, ",\"%s\":", name);
+    crier_json_buf_printf(b, ",\"%s\":", name);
     if (row < 0 || n > CRIER_CURSOR_MAX_VALUES) {
-        crier_http_buf_puts(b, "null");
+        crier_json_buf_puts(b, "null");
         return;
     }
     for (int c = 0; c < n; c++)
         pos[c] = strtoll(PQgetvalue(res, row, first + c), NULL, 10);
     crier_http_cursor_encode(r, scope, n_scope, pos, n, text, sizeof text);
-    crier_http_buf_json_string(b, text);
+    crier_json_buf_string(b, text);
 }
 
 /* Maps a failed statement to an error response. */
@@ -801,8 +652,8 @@ PGresult *crier_http_query(crier_http_request *r, const char *sql, int n, const 
 int crier_http_body_fields(crier_http_request *r, const char *const *names, int n,
                            crier_http_field *out, bool empty_ok)
 {
-    crier_http_buf list = {0};
-    crier_http_buf expected = {0};
+    crier_json_buf list = {0};
+    crier_json_buf expected = {0};
     PGresult *res;
     const char *values[2];
 
@@ -816,17 +667,17 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
     }
     if (memchr(r->body.data, '\0', r->body.len))
         return crier_http_error(r, 400, "malformed_json", "the request body holds a NUL byte");
-    crier_http_buf_puts(&list, "{");
+    crier_json_buf_puts(&list, "{");
     for (int i = 0; i < n; i++) {
-        crier_http_buf_printf(&list, "%s%s", i ? "," : "", names[i]);
-        crier_http_buf_printf(&expected, "%s%s", i ? ", " : "", names[i]);
+        crier_json_buf_printf(&list, "%s%s", i ? "," : "", names[i]);
+        crier_json_buf_printf(&expected, "%s%s", i ? ", " : "", names[i]);
     }
-    crier_http_buf_puts(&list, "}");
+    crier_json_buf_puts(&list, "}");
     values[0] = r->body.data;
     values[1] = list.data;
     res = PQexecParams(r->pg, "SELECT name, type, value FROM crier.api_fields($1, $2::text[])", 2,
                        NULL, values, NULL, NULL, 0);
-    crier_http_buf_free(&list);
+    crier_json_buf_free(&list);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         if (state && (!strncmp(state, "22", 2) || !strcmp(state, "54000"))) {
@@ -843,14 +694,14 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
             api_query_failed(r, res);
         }
         PQclear(res);
-        crier_http_buf_free(&expected);
+        crier_json_buf_free(&expected);
         return -1;
     }
     if (PQntuples(res) < 1 || strcmp(PQgetvalue(res, 0, 1), "object")) {
         crier_http_error(r, 400, "invalid_field", "the request body must be a JSON object, got %s",
                          PQntuples(res) ? PQgetvalue(res, 0, 1) : "nothing");
         PQclear(res);
-        crier_http_buf_free(&expected);
+        crier_json_buf_free(&expected);
         return -1;
     }
     if (!PQgetisnull(res, 0, 2)) {
@@ -858,10 +709,10 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
                          "unknown field(s) in the request body: %s (this endpoint takes %s)",
                          PQgetvalue(res, 0, 2), expected.data ? expected.data : "none");
         PQclear(res);
-        crier_http_buf_free(&expected);
+        crier_json_buf_free(&expected);
         return -1;
     }
-    crier_http_buf_free(&expected);
+    crier_json_buf_free(&expected);
     for (int i = 0; i < n && i + 1 < PQntuples(res); i++) {
         out[i].type = PQgetisnull(res, i + 1, 1) ? NULL : PQgetvalue(res, i + 1, 1);
         out[i].value = PQgetisnull(res, i + 1, 2) ? NULL : PQgetvalue(res, i + 1, 2);
@@ -1011,22 +862,22 @@ static void api_count(crier_http_api *api, int route, unsigned status, double se
     pthread_mutex_unlock(&api->stats_lock);
 }
 
-void crier_http_api_write_metrics(crier_http_api *api, crier_http_buf *b)
+void crier_http_api_write_metrics(crier_http_api *api, crier_json_buf *b)
 {
     pthread_mutex_lock(&api->stats_lock);
-    crier_http_buf_puts(
+    crier_json_buf_puts(
         b,
         "# HELP crier_http_requests_total Requests answered by the HTTP API, by route and status.\n"
         "# TYPE crier_http_requests_total counter\n");
     for (size_t r = 0; r <= API_N_ROUTES; r++) {
         const api_route_stats *s = &api->stats[r];
         for (size_t i = 0; i < s->n; i++) {
-            crier_http_buf_puts(b, "crier_http_requests_total{route=");
-            crier_http_buf_label(b, r < API_N_ROUTES ? api_routes[r].name : "unmatched");
-            crier_http_buf_printf(b, ",status=\"%u\"} %llu\n", s->status[i], s->count[i]);
+            crier_json_buf_puts(b, "crier_http_requests_total{route=");
+            crier_json_buf_prometheus_label(b, r < API_N_ROUTES ? api_routes[r].name : "unmatched");
+            crier_json_buf_printf(b, ",status=\"%u\"} %llu\n", s->status[i], s->count[i]);
         }
     }
-    crier_http_buf_puts(
+    crier_json_buf_puts(
         b, "# HELP crier_http_request_duration_seconds Time spent answering requests, by route.\n"
            "# TYPE crier_http_request_duration_seconds summary\n");
     for (size_t r = 0; r <= API_N_ROUTES; r++) {
@@ -1034,27 +885,27 @@ void crier_http_api_write_metrics(crier_http_api *api, crier_http_buf *b)
         const char *name = r < API_N_ROUTES ? api_routes[r].name : "unmatched";
         if (!s->requests)
             continue;
-        crier_http_buf_puts(b, "crier_http_request_duration_seconds_sum{route=");
-        crier_http_buf_label(b, name);
-        crier_http_buf_printf(b, "} %.6f\n", s->seconds);
-        crier_http_buf_puts(b, "crier_http_request_duration_seconds_count{route=");
-        crier_http_buf_label(b, name);
-        crier_http_buf_printf(b, "} %llu\n", s->requests);
+        crier_json_buf_puts(b, "crier_http_request_duration_seconds_sum{route=");
+        crier_json_buf_prometheus_label(b, name);
+        crier_json_buf_printf(b, "} %.6f\n", s->seconds);
+        crier_json_buf_puts(b, "crier_http_request_duration_seconds_count{route=");
+        crier_json_buf_prometheus_label(b, name);
+        crier_json_buf_printf(b, "} %llu\n", s->requests);
     }
     pthread_mutex_unlock(&api->stats_lock);
     pthread_mutex_lock(&api->rules_lock);
-    crier_http_buf_puts(b, "# HELP crier_http_rules_reloads_total Reloads of the rules the API "
+    crier_json_buf_puts(b, "# HELP crier_http_rules_reloads_total Reloads of the rules the API "
                            "validates intake with.\n"
                            "# TYPE crier_http_rules_reloads_total counter\n");
-    crier_http_buf_printf(b, "crier_http_rules_reloads_total{result=\"ok\"} %llu\n",
+    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"ok\"} %llu\n",
                           api->reloads_ok);
-    crier_http_buf_printf(b, "crier_http_rules_reloads_total{result=\"failed\"} %llu\n",
+    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"failed\"} %llu\n",
                           api->reloads_failed);
-    crier_http_buf_puts(
+    crier_json_buf_puts(
         b, "# HELP crier_http_rules_info The rules version the API validates intake with.\n"
            "# TYPE crier_http_rules_info gauge\ncrier_http_rules_info{version=");
-    crier_http_buf_label(b, crier_rules_version(api->rules));
-    crier_http_buf_puts(b, "} 1\n");
+    crier_json_buf_prometheus_label(b, crier_rules_version(api->rules));
+    crier_json_buf_puts(b, "} 1\n");
     pthread_mutex_unlock(&api->rules_lock);
     crier_http_streams_metrics(api->streams, b);
 }
@@ -1282,10 +1133,10 @@ static enum MHD_Result api_access(void *cls, struct MHD_Connection *conn, const 
         }
         if (r->body.len + n > api->max_body) {
             r->body_too_large = true;
-            crier_http_buf_free(&r->body);
+            crier_json_buf_free(&r->body);
             return MHD_YES;
         }
-        crier_http_buf_add(&r->body, upload_data, n);
+        crier_json_buf_add(&r->body, upload_data, n);
         return MHD_YES;
     }
     if (r->responded)
@@ -1323,8 +1174,8 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         PQclear(r->parsed);
     if (r->pg) /* not reached normally: the dispatcher gives it back */
         crier_http_db_release(r);
-    crier_http_buf_free(&r->response);
-    crier_http_buf_free(&r->body);
+    crier_json_buf_free(&r->response);
+    crier_json_buf_free(&r->body);
     free(r->path);
     free(r->segment_storage);
     free(r);

@@ -15,11 +15,12 @@
  *
  * The first half of this header is the server's public face (cmd_serve.c);
  * the second half is what the endpoint handlers (http_handlers_*.c) and the
- * authentication (http_auth.c) share: the request, response helpers, a JSON
- * writer, query helpers. */
+ * authentication (http_auth.c) share: the request, response helpers, query
+ * helpers (the JSON writer is base/json_writer.h). */
 #ifndef CRIER_HTTP_API_H
 #define CRIER_HTTP_API_H
 
+#include "json_writer.h"
 #include "rules.h"
 
 #include <libpq-fe.h>
@@ -68,21 +69,6 @@ void crier_http_api_stop(crier_http_api *api, double deadline);
  * Shared by the handlers (http_handlers_*.c) and http_auth.c.
  */
 
-/* A growable byte buffer that writes JSON. Allocation failure aborts. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-} crier_http_buf;
-
-void crier_http_buf_add(crier_http_buf *b, const char *s, size_t n);
-void crier_http_buf_puts(crier_http_buf *b, const char *s);
-void crier_http_buf_printf(crier_http_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Appends s as a quoted JSON string (control characters escaped, invalid
- * UTF-8 replaced by U+FFFD); NULL appends null. */
-void crier_http_buf_json_string(crier_http_buf *b, const char *s);
-void crier_http_buf_free(crier_http_buf *b);
-
 typedef enum {
     CRIER_HTTP_AUTH_NONE = 0, /* not authenticated (public endpoints) */
     CRIER_HTTP_AUTH_KEY,      /* a tenant's API key: acts for any user of the tenant */
@@ -129,7 +115,7 @@ typedef struct crier_http_request {
     unsigned long long id; /* request id (X-Request-Id) */
     double started;        /* monotonic seconds */
 
-    crier_http_buf body; /* request body (NUL-terminated; data NULL when empty) */
+    crier_json_buf body; /* request body (NUL-terminated; data NULL when empty) */
     size_t upload_seen; /* bytes uploaded, kept or not */
     bool body_too_large;
 
@@ -147,7 +133,7 @@ typedef struct crier_http_request {
     size_t secret_len;
 
     unsigned status; /* 0 until a response is set */
-    crier_http_buf response;
+    crier_json_buf response;
     const char *content_type; /* NULL: application/json */
     bool replayed;            /* Idempotent-Replayed: true */
     bool query_token;         /* the route takes a user token in ?access_token= */
@@ -204,11 +190,11 @@ int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sq
 
 /* Appends {"items":[…] with the JSON text in column 0 of the first limit rows
  * of res (the caller adds the rest of the object and the closing brace). */
-void crier_http_buf_items(crier_http_buf *b, PGresult *res, int limit);
+void crier_http_buf_items(crier_json_buf *b, PGresult *res, int limit);
 
 /* Appends ,"name": and the cursor (crier_http_cursor_encode with scope) of
  * row's columns first..first+n-1 as the position, or null when row < 0. */
-void crier_http_buf_cursor(crier_http_request *r, crier_http_buf *b, const char *name, PGresult *res,
+void crier_http_buf_cursor(crier_http_request *r, crier_json_buf *b, const char *name, PGresult *res,
                            int row, int first, int n, const char *const *scope, int n_scope);
 
 /* One field of a parsed JSON body: type is the JSON type ("string",
@@ -272,10 +258,7 @@ void crier_http_api_rules_version(crier_http_api *api, char *out, size_t len);
 
 /* Appends the API's own metrics (request counters, rules reloads) in the
  * Prometheus text format. */
-void crier_http_api_write_metrics(crier_http_api *api, crier_http_buf *b);
-
-/* Appends a Prometheus label value, escaped (\\, \", \n). */
-void crier_http_buf_label(crier_http_buf *b, const char *s);
+void crier_http_api_write_metrics(crier_http_api *api, crier_json_buf *b);
 
 /* The endpoints (http_handlers_*.c). Each sets the response and returns 0,
  * or sets an error response and returns -1. */

@@ -71,6 +71,6 @@ void crier_http_streams_close_all(crier_http_streams *hub);
 void crier_http_streams_stop(crier_http_streams *hub);
 
 /* Appends the hub's Prometheus metrics. */
-void crier_http_streams_metrics(crier_http_streams *hub, crier_http_buf *b);
+void crier_http_streams_metrics(crier_http_streams *hub, crier_json_buf *b);
 
 #endif
