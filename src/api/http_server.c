@@ -6,6 +6,9 @@
 
 #include "clock.h"
 #include "http_auth.h"
+#include "http_pool.h"
+#include "http_rules.h"
+#include "http_stats.h"
 #include "http_stream.h"
 #include "log.h"
 
@@ -28,7 +31,6 @@
 #define API_DEFAULT_THREADS 4
 #define API_DEFAULT_MAX_BODY (1024 * 1024)
 #define API_MAX_CORS_ORIGINS 32
-#define API_MAX_STATUS_CODES 24
 #define API_DB_WAIT 10.0 /* seconds a request waits for a free database connection */
 #define API_DEFAULT_CONNECTIONS 1024
 
@@ -71,14 +73,6 @@ static const api_route api_routes[] = {
 };
 #define API_N_ROUTES (sizeof api_routes / sizeof api_routes[0])
 
-typedef struct {
-    unsigned status[API_MAX_STATUS_CODES];
-    unsigned long long count[API_MAX_STATUS_CODES];
-    size_t n;
-    double seconds;
-    unsigned long long requests;
-} api_route_stats;
-
 struct crier_http_api {
     struct MHD_Daemon *daemon;
     unsigned port;
@@ -92,151 +86,26 @@ struct crier_http_api {
     size_t n_cors;
     bool cors_any;
 
-    /* database connections: one per request thread */
-    char *conninfo;
-    PGconn **conns;
-    bool *busy;
-    uint32_t *prepared; /* per connection: the statements prepared on it (bit = id) */
-    int n_conns;
-    pthread_mutex_t pool_lock;
-    pthread_cond_t pool_cond;
-
-    /* the rules generation used to validate intake */
-    pthread_mutex_t rules_lock;
-    crier_rules *rules;
-    atomic_bool rules_stale; /* the engine accepted a version the API has not loaded */
-    double rules_retry_at;   /* after a failed reload: when to try again */
-    char *lua_dir, *rules_dir;
-    const crier_setting *settings;
-    size_t n_settings;
-    unsigned long long reloads_ok, reloads_failed;
-
-    /* live feeds (Server-Sent Events) */
-    crier_http_streams *streams;
-
-    /* request counters (index API_N_ROUTES: no route matched) */
-    pthread_mutex_t stats_lock;
-    api_route_stats stats[API_N_ROUTES + 1];
+    crier_http_pool *pool;       /* database connections: one per request thread */
+    crier_http_rules *rules;     /* the rules generation used to validate intake */
+    crier_http_streams *streams; /* live feeds (Server-Sent Events) */
+    crier_http_stats *stats;     /* request counters by route */
 };
 
 /* ------------------------------------------------------------------------
  * Database connections
  */
 
-static void api_notice_ignore(void *arg, const char *message)
-{
-    (void)arg;
-    (void)message;
-}
-
-PGconn *crier_http_db_connect(const char *conninfo, const char *app, char *err, size_t err_len)
-{
-    static const char *const keys[] = {"dbname", "fallback_application_name", "connect_timeout",
-                                       NULL};
-    const char *values[] = {conninfo, app, "5", NULL};
-    PGconn *c = PQconnectdbParams(keys, values, 1);
-    if (PQstatus(c) != CONNECTION_OK) {
-        crier_set_error(err, err_len, "cannot connect to the database: %s", PQerrorMessage(c));
-        PQfinish(c);
-        return NULL;
-    }
-    PQsetNoticeProcessor(c, api_notice_ignore, NULL);
-    PGresult *res =
-        PQexec(c, "SET statement_timeout = '30s'; SET lock_timeout = '10s';"
-                  " SET idle_in_transaction_session_timeout = '60s'; SET TimeZone = 'UTC';"
-                  " SET client_min_messages = warning");
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        crier_set_error(err, err_len, "cannot set up the database session: %s", PQerrorMessage(c));
-        PQclear(res);
-        PQfinish(c);
-        return NULL;
-    }
-    PQclear(res);
-    return c;
-}
-
-static PGconn *api_connect(crier_http_api *api, char *err, size_t err_len)
-{
-    return crier_http_db_connect(api->conninfo, "crier-api", err, err_len);
-}
-
 crier_http_streams *crier_http_api_streams(crier_http_api *api)
 {
     return api->streams;
-}
-
-/* Takes a free slot (waiting up to wait_s) and makes sure it holds a live
- * connection. Returns 0, or -1 with err set. */
-static int api_pool_take(crier_http_api *api, double wait_s, int *slot, PGconn **conn, char *err,
-                         size_t err_len)
-{
-    struct timespec deadline;
-    int s = -1;
-
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)wait_s;
-    deadline.tv_nsec += (long)((wait_s - (double)(time_t)wait_s) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&api->pool_lock);
-    for (;;) {
-        for (int i = 0; i < api->n_conns; i++) {
-            if (!api->busy[i]) {
-                s = i;
-                break;
-            }
-        }
-        if (s >= 0 ||
-            pthread_cond_timedwait(&api->pool_cond, &api->pool_lock, &deadline) == ETIMEDOUT)
-            break;
-    }
-    if (s >= 0)
-        api->busy[s] = true;
-    pthread_mutex_unlock(&api->pool_lock);
-    if (s < 0) {
-        crier_set_error(err, err_len, "every database connection of the API is busy; retry");
-        return -1;
-    }
-    /* the slot is ours alone: connect outside the lock */
-    if (api->conns[s] && PQstatus(api->conns[s]) != CONNECTION_OK) {
-        PQfinish(api->conns[s]);
-        api->conns[s] = NULL;
-    }
-    if (!api->conns[s])
-        api->prepared[s] = 0; /* a new connection has no prepared statement */
-    if (!api->conns[s] && !(api->conns[s] = api_connect(api, err, err_len))) {
-        pthread_mutex_lock(&api->pool_lock);
-        api->busy[s] = false;
-        pthread_cond_signal(&api->pool_cond);
-        pthread_mutex_unlock(&api->pool_lock);
-        return -1;
-    }
-    *slot = s;
-    *conn = api->conns[s];
-    return 0;
-}
-
-static void api_pool_give(crier_http_api *api, int slot)
-{
-    /* a connection that broke, or was left in a transaction, is replaced */
-    PGconn *c = api->conns[slot];
-    if (c && (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE)) {
-        PQfinish(c);
-        api->conns[slot] = NULL;
-    }
-    pthread_mutex_lock(&api->pool_lock);
-    api->busy[slot] = false;
-    pthread_cond_signal(&api->pool_cond);
-    pthread_mutex_unlock(&api->pool_lock);
 }
 
 int crier_http_db_acquire(crier_http_request *r, double wait_s, char *err, size_t err_len)
 {
     if (r->pg)
         return 0;
-    if (api_pool_take(r->api, wait_s, &r->pg_slot, &r->pg, err, err_len) < 0) {
+    if (crier_http_pool_take(r->api->pool, wait_s, &r->pg_slot, &r->pg, err, err_len) < 0) {
         r->pg = NULL;
         return -1;
     }
@@ -247,7 +116,7 @@ void crier_http_db_release(crier_http_request *r)
 {
     if (!r->pg)
         return;
-    api_pool_give(r->api, r->pg_slot);
+    crier_http_pool_give(r->api->pool, r->pg_slot);
     r->pg = NULL;
     r->in_txn = false;
 }
@@ -611,7 +480,8 @@ PGresult *crier_http_query_prepared(crier_http_request *r, int id, const char *s
     if (!r->pg || id < 0 || id > 31)
         return crier_http_query(r, sql, n, values);
     snprintf(name, sizeof name, "crier_api_%d", id);
-    if (!(r->api->prepared[r->pg_slot] & (1u << id))) {
+    uint32_t *prepared = crier_http_pool_prepared(r->api->pool, r->pg_slot);
+    if (!(*prepared & (1u << id))) {
         /* session-level: kept when the request's transaction rolls back */
         res = PQprepare(r->pg, name, sql, n, NULL);
         if (PQresultStatus(res) != PGRES_COMMAND_OK) {
@@ -620,7 +490,7 @@ PGresult *crier_http_query_prepared(crier_http_request *r, int id, const char *s
             return NULL;
         }
         PQclear(res);
-        r->api->prepared[r->pg_slot] |= 1u << id;
+        *prepared |= 1u << id;
     }
     res = PQexecPrepared(r->pg, name, n, values, NULL, NULL, 0);
     st = PQresultStatus(res);
@@ -781,57 +651,23 @@ int crier_http_field_int(crier_http_request *r, const crier_http_field *f, bool 
  * Rules
  */
 
-/* Loads a new generation when the engine accepted a new version (lazy, under
- * rules_lock). A failure keeps the running one and returns -1. */
-static int api_reload_rules(crier_http_api *api)
-{
-    char err[4096];
-    crier_rules *fresh = crier_rules_load(api->lua_dir, api->rules_dir, api->settings,
-                                          api->n_settings, err, sizeof err);
-    if (!fresh) {
-        api->reloads_failed++;
-        crier_error("http",
-                    "reloading the API's rules failed, version %.12s keeps validating intake:\n%s",
-                    crier_rules_version(api->rules), err);
-        return -1;
-    }
-    api->reloads_ok++;
-    crier_info("http", "the API validates intake with rules version %.12s",
-               crier_rules_version(fresh));
-    crier_rules_free(api->rules);
-    api->rules = fresh;
-    return 0;
-}
-
 void crier_http_api_rules_changed(void *ud, const char *version)
 {
     crier_http_api *api = ud;
     (void)version;
     if (api)
-        atomic_store(&api->rules_stale, true);
+        crier_http_rules_changed(api->rules);
 }
 
 crier_plan_status crier_http_api_validate_event(crier_http_api *api, const char *event_type,
                                                 const char *payload_json, char *err, size_t err_len)
 {
-    crier_plan_status st;
-    pthread_mutex_lock(&api->rules_lock);
-    /* a notice that arrives during the load sets the flag again: loaded next time */
-    if (crier_clock_s() >= api->rules_retry_at && atomic_exchange(&api->rules_stale, false) &&
-        api_reload_rules(api) < 0) {
-        atomic_store(&api->rules_stale, true); /* try again, at most every 5 s */
-        api->rules_retry_at = crier_clock_s() + 5.0;
-    }
-    st = crier_rules_validate(api->rules, event_type, payload_json, err, err_len);
-    pthread_mutex_unlock(&api->rules_lock);
-    return st;
+    return crier_http_rules_validate(api->rules, event_type, payload_json, err, err_len);
 }
 
 void crier_http_api_rules_version(crier_http_api *api, char *out, size_t len)
 {
-    pthread_mutex_lock(&api->rules_lock);
-    snprintf(out, len, "%s", crier_rules_version(api->rules));
-    pthread_mutex_unlock(&api->rules_lock);
+    crier_http_rules_version(api->rules, out, len);
 }
 
 double crier_http_api_max_lag(const crier_http_api *api)
@@ -843,70 +679,10 @@ double crier_http_api_max_lag(const crier_http_api *api)
  * Metrics
  */
 
-static void api_count(crier_http_api *api, int route, unsigned status, double seconds)
-{
-    api_route_stats *s = &api->stats[route >= 0 ? route : (int)API_N_ROUTES];
-    pthread_mutex_lock(&api->stats_lock);
-    s->requests++;
-    s->seconds += seconds;
-    size_t i;
-    for (i = 0; i < s->n && s->status[i] != status; i++)
-        ;
-    if (i == s->n && s->n < API_MAX_STATUS_CODES) {
-        s->status[i] = status;
-        s->count[i] = 0;
-        s->n++;
-    }
-    if (i < s->n)
-        s->count[i]++;
-    pthread_mutex_unlock(&api->stats_lock);
-}
-
 void crier_http_api_write_metrics(crier_http_api *api, crier_json_buf *b)
 {
-    pthread_mutex_lock(&api->stats_lock);
-    crier_json_buf_puts(
-        b,
-        "# HELP crier_http_requests_total Requests answered by the HTTP API, by route and status.\n"
-        "# TYPE crier_http_requests_total counter\n");
-    for (size_t r = 0; r <= API_N_ROUTES; r++) {
-        const api_route_stats *s = &api->stats[r];
-        for (size_t i = 0; i < s->n; i++) {
-            crier_json_buf_puts(b, "crier_http_requests_total{route=");
-            crier_json_buf_prometheus_label(b, r < API_N_ROUTES ? api_routes[r].name : "unmatched");
-            crier_json_buf_printf(b, ",status=\"%u\"} %llu\n", s->status[i], s->count[i]);
-        }
-    }
-    crier_json_buf_puts(
-        b, "# HELP crier_http_request_duration_seconds Time spent answering requests, by route.\n"
-           "# TYPE crier_http_request_duration_seconds summary\n");
-    for (size_t r = 0; r <= API_N_ROUTES; r++) {
-        const api_route_stats *s = &api->stats[r];
-        const char *name = r < API_N_ROUTES ? api_routes[r].name : "unmatched";
-        if (!s->requests)
-            continue;
-        crier_json_buf_puts(b, "crier_http_request_duration_seconds_sum{route=");
-        crier_json_buf_prometheus_label(b, name);
-        crier_json_buf_printf(b, "} %.6f\n", s->seconds);
-        crier_json_buf_puts(b, "crier_http_request_duration_seconds_count{route=");
-        crier_json_buf_prometheus_label(b, name);
-        crier_json_buf_printf(b, "} %llu\n", s->requests);
-    }
-    pthread_mutex_unlock(&api->stats_lock);
-    pthread_mutex_lock(&api->rules_lock);
-    crier_json_buf_puts(b, "# HELP crier_http_rules_reloads_total Reloads of the rules the API "
-                           "validates intake with.\n"
-                           "# TYPE crier_http_rules_reloads_total counter\n");
-    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"ok\"} %llu\n",
-                          api->reloads_ok);
-    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"failed\"} %llu\n",
-                          api->reloads_failed);
-    crier_json_buf_puts(
-        b, "# HELP crier_http_rules_info The rules version the API validates intake with.\n"
-           "# TYPE crier_http_rules_info gauge\ncrier_http_rules_info{version=");
-    crier_json_buf_prometheus_label(b, crier_rules_version(api->rules));
-    crier_json_buf_puts(b, "} 1\n");
-    pthread_mutex_unlock(&api->rules_lock);
+    crier_http_stats_write(api->stats, b);
+    crier_http_rules_write_metrics(api->rules, b);
     crier_http_streams_metrics(api->streams, b);
 }
 
@@ -1157,7 +933,8 @@ static void api_completed(void *cls, struct MHD_Connection *conn, void **con_cls
         return;
     if (r->status) {
         double took = crier_clock_s() - r->started;
-        api_count(api, r->route, r->status, took);
+        crier_http_stats_count(api->stats, r->route,
+                               r->route >= 0 ? api_routes[r->route].name : NULL, r->status, took);
         if (r->status >= 500)
             crier_warn("http", "%s %s -> %u in %.1f ms (request %llu)", r->method, r->path,
                        r->status, took * 1000, r->id);
@@ -1263,20 +1040,9 @@ static void api_free(crier_http_api *api)
     if (!api)
         return;
     crier_http_streams_stop(api->streams);
-    for (int i = 0; i < api->n_conns; i++)
-        if (api->conns && api->conns[i])
-            PQfinish(api->conns[i]);
-    free(api->conns);
-    free(api->busy);
-    free(api->prepared);
-    crier_rules_free(api->rules);
-    pthread_mutex_destroy(&api->pool_lock);
-    pthread_cond_destroy(&api->pool_cond);
-    pthread_mutex_destroy(&api->rules_lock);
-    pthread_mutex_destroy(&api->stats_lock);
-    free(api->conninfo);
-    free(api->lua_dir);
-    free(api->rules_dir);
+    crier_http_pool_stop(api->pool);
+    crier_http_rules_free(api->rules);
+    crier_http_stats_free(api->stats);
     free(api->cors_storage);
     free(api);
 }
@@ -1343,55 +1109,39 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
     crier_http_api *api = calloc(1, sizeof *api);
     struct sockaddr_storage addr;
     socklen_t addr_len = 0;
-    pthread_condattr_t cattr;
+    char version[65];
     sigset_t block, old;
     unsigned flags;
     int threads, max_connections;
+    const char *conninfo = opts->conninfo ? opts->conninfo : "";
 
     if (!api) {
         crier_set_error(err, err_len, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&api->pool_lock, NULL);
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&api->pool_cond, &cattr);
-    pthread_condattr_destroy(&cattr);
-    pthread_mutex_init(&api->rules_lock, NULL);
-    pthread_mutex_init(&api->stats_lock, NULL);
     atomic_init(&api->next_id, 0);
     atomic_init(&api->inflight, 0);
-    atomic_init(&api->rules_stale, false);
     threads = opts->threads > 0 ? opts->threads : API_DEFAULT_THREADS;
     max_connections = opts->max_connections > 0 ? opts->max_connections : API_DEFAULT_CONNECTIONS;
     api_raise_fd_limit((rlim_t)max_connections + 256);
     api->max_body = opts->max_body > 0 ? opts->max_body : API_DEFAULT_MAX_BODY;
     api->max_lag = opts->healthz_max_lag > 0 ? opts->healthz_max_lag : 60.0;
-    api->conninfo = api_strdup(opts->conninfo);
-    api->lua_dir = opts->lua_dir ? api_strdup(opts->lua_dir) : NULL;
-    api->rules_dir = api_strdup(opts->rules_dir);
-    api->settings = opts->settings;
-    api->n_settings = opts->n_settings;
-    api->n_conns = threads;
-    api->conns = calloc((size_t)threads, sizeof *api->conns);
-    api->busy = calloc((size_t)threads, sizeof *api->busy);
-    api->prepared = calloc((size_t)threads, sizeof *api->prepared);
-    if (!api->conns || !api->busy || !api->prepared) {
+    if (!(api->stats = crier_http_stats_new(API_N_ROUTES))) {
         crier_set_error(err, err_len, "out of memory");
         goto fail;
     }
     if (api_parse_cors(api, opts->cors_origins, err, err_len) < 0 ||
         api_parse_listen(opts->listen, &addr, &addr_len, err, err_len) < 0)
         goto fail;
-    api->rules = crier_rules_load(api->lua_dir, api->rules_dir, api->settings, api->n_settings, err,
-                                  err_len);
+    api->rules = crier_http_rules_load(opts->lua_dir, opts->rules_dir, opts->settings,
+                                       opts->n_settings, err, err_len);
     if (!api->rules)
         goto fail;
-    /* one connection now: fail at start, not at the first request, when the
-     * database is unreachable */
-    if (!(api->conns[0] = api_connect(api, err, err_len)))
+    /* the pool opens one connection now: an unreachable database fails the
+     * start, not the first request */
+    if (!(api->pool = crier_http_pool_start(conninfo, threads, err, err_len)))
         goto fail;
-    if (!(api->streams = crier_http_streams_start(api->conninfo, opts->stream_keepalive, err,
+    if (!(api->streams = crier_http_streams_start(conninfo, opts->stream_keepalive, err,
                                                   err_len)))
         goto fail;
 
@@ -1424,6 +1174,7 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
         const union MHD_DaemonInfo *info =
             MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
         char host[INET6_ADDRSTRLEN] = "?";
+        crier_http_rules_version(api->rules, version, sizeof version);
         api->port = info ? info->port : 0;
         if (addr.ss_family == AF_INET6)
             inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr, host, sizeof host);
@@ -1432,7 +1183,7 @@ crier_http_api *crier_http_api_start(const crier_http_api_options *opts, char *e
         crier_info(
             "http", "HTTP API listening on http://%s%s%s:%u (%d threads, rules version %.12s)",
             addr.ss_family == AF_INET6 ? "[" : "", host, addr.ss_family == AF_INET6 ? "]" : "",
-            api->port, threads, crier_rules_version(api->rules));
+            api->port, threads, version);
     }
     (void)addr_len;
     return api;

@@ -150,10 +150,6 @@ int crier_http_reply(crier_http_request *r, unsigned status, const char *body, s
 int crier_http_error(crier_http_request *r, unsigned status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Connects to the database for the API (application name app) and sets up
- * the session (timeouts, UTC). NULL with err set when it cannot. */
-PGconn *crier_http_db_connect(const char *conninfo, const char *app, char *err, size_t err_len);
-
 /* The API's live feeds hub (http_stream.h). */
 struct crier_http_streams *crier_http_api_streams(crier_http_api *api);
 

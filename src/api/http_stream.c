@@ -5,6 +5,7 @@
 #include "http_stream.h"
 
 #include "clock.h"
+#include "http_pool.h"
 #include "log.h"
 #include "pg_array.h"
 
