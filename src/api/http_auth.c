@@ -1,8 +1,12 @@
 /* http_auth.c — API keys, user tokens and signed cursors of the HTTP API
- * (see http_auth.h). */
+ * (see http_auth.h).
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
 #include "http_auth.h"
 
 #include "base64.h"
+#include "http_query.h"
 #include "log.h"
 
 #include <openssl/crypto.h>

@@ -1,8 +1,14 @@
 /* http_handlers_events.c — intake and tokens: POST /v1/events (validated by
  * the rules, deduplicated by crier.emit, with Idempotency-Key replays),
- * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser). */
-#include "http_server.h"
+ * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser).
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
+#include "http_handlers.h"
+
 #include "http_auth.h"
+#include "http_query.h"
+#include "http_rules.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -112,7 +118,7 @@ int crier_http_events_create(crier_http_request *r)
                                     "field payload must be a JSON object, got %s", f[2].type);
         payload = f[2].value;
     }
-    st = crier_http_api_validate_event(r->api, type, payload, err, sizeof err);
+    st = crier_http_rules_validate(r->ctx->rules, type, payload, err, sizeof err);
     if (st == CRIER_PLAN_UNKNOWN_TYPE)
         return crier_http_error(r, 422, "unknown_event_type", "%s", err);
     if (st == CRIER_PLAN_INVALID_PAYLOAD)

@@ -2,9 +2,16 @@
  * pagination with signed cursors), unread/unseen counts, mark all read or
  * seen (exact: crier.feed_mark_all stores the request's snapshot), and
  * marking one item. A user token reaches only its own person's feed; an API
- * key names the person with ?user=. */
-#include "http_server.h"
+ * key names the person with ?user=.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
+#include "http_handlers.h"
+
 #include "http_auth.h"
+#include "http_feed_sql.h"
+#include "http_page.h"
+#include "http_query.h"
 #include "http_stream.h"
 
 #include <stdio.h>
@@ -80,14 +87,14 @@ int crier_http_feed_list(crier_http_request *r)
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_buf_items(&out, res, (int)limit);
-    crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 1, scope,
-                          3);
+    crier_http_page_items(&out, res, (int)limit);
+    crier_http_page_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 1,
+                           scope, 3);
     /* the first page's newest item: POST /v1/feed/read-all {"cursor": head}
      * marks read what the person has been shown, not what arrived since */
     const char *head_scope[] = {"feed-head", user};
-    crier_http_buf_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
-                          2);
+    crier_http_page_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
+                           2);
     crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
@@ -222,7 +229,7 @@ int crier_http_feed_stream(crier_http_request *r)
     res = crier_http_query(r, "SELECT coalesce($1::text, pg_current_snapshot()::text)", 1, values);
     if (!res)
         return -1;
-    r->stream = crier_http_streams_open(crier_http_api_streams(r->api), r, user,
+    r->stream = crier_http_streams_open(r->ctx->streams, r, user,
                                         PQgetvalue(res, 0, 0), last != NULL);
     PQclear(res);
     if (!r->stream)

@@ -1,8 +1,17 @@
 /* http_handlers_ops.c — the operator's endpoints: a notification's status with
  * its deliveries and attempts, dead letters (listed with keyset cursors, and
- * replayed), /metrics in the Prometheus text format and /healthz. */
-#include "http_server.h"
+ * replayed), /metrics in the Prometheus text format and /healthz.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
+#include "http_handlers.h"
+
 #include "http_auth.h"
+#include "http_page.h"
+#include "http_query.h"
+#include "http_rules.h"
+#include "http_stats.h"
+#include "http_stream.h"
 #include "log.h"
 #include "time_arg.h"
 
@@ -91,9 +100,9 @@ int crier_http_dead_list(crier_http_request *r)
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_buf_items(&out, res, (int)limit);
-    crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 3, scope,
-                          1);
+    crier_http_page_items(&out, res, (int)limit);
+    crier_http_page_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 3,
+                           scope, 1);
     crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
@@ -235,7 +244,10 @@ int crier_http_metrics(crier_http_request *r)
         crier_json_buf_printf(&out, " %s\n", PQgetvalue(res, i, 5));
     }
     PQclear(res);
-    crier_http_api_write_metrics(r->api, &out);
+    /* the API's own: requests by route, its rules generation, live feeds */
+    crier_http_stats_write(r->ctx->stats, &out);
+    crier_http_rules_write_metrics(r->ctx->rules, &out);
+    crier_http_streams_metrics(r->ctx->streams, &out);
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
     crier_http_reply(r, 200, out.data, out.len);
     crier_json_buf_free(&out);
@@ -246,10 +258,10 @@ int crier_http_healthz(crier_http_request *r)
 {
     crier_json_buf out = {0};
     char err[512], version[65];
-    double max_lag = crier_http_api_max_lag(r->api), lag;
+    double max_lag = r->ctx->healthz_max_lag, lag;
     PGresult *res;
 
-    crier_http_api_rules_version(r->api, version, sizeof version);
+    crier_http_rules_version(r->ctx->rules, version, sizeof version);
     res = NULL;
     /* a connection the server dropped is replaced once */
     for (int attempt = 0; attempt < 2; attempt++) {

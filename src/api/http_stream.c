@@ -1,10 +1,14 @@
 /* http_stream.c — live feeds by Server-Sent Events (see http_stream.h): the
  * hub thread (LISTEN crier_feed, what changed since each stream's snapshot),
  * the streams' buffers, and the content reader that plays them to
- * libmicrohttpd, parking the connection while there is nothing to send. */
+ * libmicrohttpd, parking the connection while there is nothing to send.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
 #include "http_stream.h"
 
 #include "clock.h"
+#include "http_feed_sql.h"
 #include "http_pool.h"
 #include "log.h"
 #include "pg_array.h"

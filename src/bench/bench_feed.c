@@ -35,6 +35,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "http_auth.h"
+#include "http_feed_sql.h"
 #include "json_writer.h"
 #include "log.h"
 #include "migrate.h"
@@ -122,7 +123,7 @@ static const char *const op_names[OP_COUNT] = {"first_page", "deep_page", "unrea
 #define FEED_SCHEMA "crier_bench_feed"
 
 /* The baseline runs the HTTP API's statements (CRIER_HTTP_SQL_FEED_*,
- * http_server.h), so that it asks PostgreSQL exactly what the API asks; the
+ * http_feed_sql.h), so that it asks PostgreSQL exactly what the API asks; the
  * first page is prepared on each connection as the API does. A page asks for
  * one row more than it shows (whether another page follows). */
 #define FEED_FIRST_PAGE_STMT "crier_bench_first_page"
