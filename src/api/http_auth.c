@@ -136,7 +136,8 @@ static int auth_api_key(crier_http_request *r, const char *key)
     if (strlen(key) != CRIER_API_KEY_LEN)
         return crier_http_error(r, 401, "invalid_api_key", "the API key is not valid");
     crier_auth_key_hash_hex(key, strlen(key), hash);
-    /* looked up by its digest (an index): no comparison of secrets in C */
+    /* looked up by its digest (an index): no comparison of secrets in C. Not
+     * tenant-scoped: the key's tenant is what this finds */
     res =
         crier_http_query(r,
                          "SELECT k.id, k.tenant, k.revoked_at IS NOT NULL, encode(t.secret, 'hex')"
@@ -184,7 +185,9 @@ static int auth_user_token(crier_http_request *r, const char *token)
         return crier_http_error(r, 401, "invalid_token", "the user token is malformed");
     payload[payload_len] = '\0';
     /* PostgreSQL reads the payload (JSON) and the claimed tenant's secret; the
-     * claims are trusted only once the mac checks out */
+     * claims are trusted only once the mac checks out. Not tenant-scoped (no
+     * tenant is known before the mac checks out), and a malformed payload is
+     * an invalid token rather than a field error, hence PQexecParams */
     values[0] = (const char *)payload;
     res = PQexecParams(r->pg,
                        "SELECT p.j->>'t', p.j->>'u', p.j->>'exp', encode(t.secret, 'hex')"

@@ -56,7 +56,7 @@ int crier_http_dead_list(crier_http_request *r)
     long long limit;
     int64_t pos[3] = {0, 0, 0};
     char pos_text[3][24], limit_text[24];
-    const char *values[10];
+    const char *values[9];
     const char *scope[] = {"dead"};
     PGresult *res;
     crier_json_buf out = {0};
@@ -73,17 +73,16 @@ int crier_http_dead_list(crier_http_request *r)
     for (int i = 0; i < 3; i++)
         snprintf(pos_text[i], sizeof pos_text[i], "%lld", (long long)pos[i]);
     snprintf(limit_text, sizeof limit_text, "%lld", limit + 1);
-    values[0] = r->tenant;
-    values[1] = d.type;
-    values[2] = d.channel;
-    values[3] = d.since;
-    values[4] = d.until;
-    values[5] = d.kind;
-    values[6] = cursor ? pos_text[0] : NULL;
-    values[7] = pos_text[1];
-    values[8] = pos_text[2];
-    values[9] = limit_text;
-    res = crier_http_query(
+    values[0] = d.type; /* $2, after the tenant */
+    values[1] = d.channel;
+    values[2] = d.since;
+    values[3] = d.until;
+    values[4] = d.kind;
+    values[5] = cursor ? pos_text[0] : NULL;
+    values[6] = pos_text[1];
+    values[7] = pos_text[2];
+    values[8] = limit_text;
+    res = crier_http_query_tenant(
         r,
         "SELECT json_build_object('kind', x.kind, 'id', x.id, 'event_id', x.event_id, 'type', "
         "x.event_type,"
@@ -96,7 +95,7 @@ int crier_http_dead_list(crier_http_request *r)
         " WHERE $7::bigint IS NULL OR (x.sort_us, x.kind_rank, x.id) < ($7::bigint, $8::int, "
         "$9::bigint)"
         " ORDER BY x.sort_us DESC, x.kind_rank DESC, x.id DESC LIMIT $10::int",
-        10, values);
+        9, values);
     if (!res)
         return -1;
     n = PQntuples(res);
@@ -117,7 +116,7 @@ int crier_http_dead_replay(crier_http_request *r)
     dead_filters d = {0};
     long long id, event;
     char id_text[24], event_text[24], chunk[16];
-    const char *values[9];
+    const char *values[8];
     PGresult *res;
 
     if (crier_http_body_fields(r, names, 7, f, true) < 0 ||
@@ -133,23 +132,22 @@ int crier_http_dead_replay(crier_http_request *r)
     snprintf(id_text, sizeof id_text, "%lld", id);
     snprintf(event_text, sizeof event_text, "%lld", event);
     snprintf(chunk, sizeof chunk, "%d", DEAD_REPLAY_CHUNK);
-    values[0] = r->tenant;
-    values[1] = d.type;
-    values[2] = d.channel;
-    values[3] = d.since;
-    values[4] = d.until;
-    values[5] = d.kind;
-    values[6] = id ? id_text : NULL;
-    values[7] = event ? event_text : NULL;
-    values[8] = chunk;
-    res = crier_http_query(
+    values[0] = d.type; /* $2, after the tenant */
+    values[1] = d.channel;
+    values[2] = d.since;
+    values[3] = d.until;
+    values[4] = d.kind;
+    values[5] = id ? id_text : NULL;
+    values[6] = event ? event_text : NULL;
+    values[7] = chunk;
+    res = crier_http_query_tenant(
         r,
         "SELECT deliveries, events, endpoints_enabled, remaining,"
         " json_build_object('deliveries', deliveries, 'events', events,"
         "   'endpoints_enabled', endpoints_enabled, 'remaining', remaining)"
         " FROM crier.api_replay_dead($1, $2, $3, $4::timestamptz, $5::timestamptz, $6,"
         "   $7::bigint, $8::bigint, $9::int)",
-        9, values);
+        8, values);
     if (!res)
         return -1;
     if ((id || event) && !strcmp(PQgetvalue(res, 0, 0), "0") &&
@@ -211,6 +209,9 @@ int crier_http_metrics(crier_http_request *r)
             break;
         }
         PQclear(res);
+        /* not tenant-scoped: the operator's gauges over every tenant (a
+         * public route: no credential, no tenant); PQexec, not
+         * crier_http_query, because a failure is a metric, not an error */
         res = PQexec(
             r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics()");
         up = PQresultStatus(res) == PGRES_TUPLES_OK;
@@ -269,6 +270,8 @@ int crier_http_healthz(crier_http_request *r)
         res = NULL;
         if (crier_http_db_acquire(r, 2.0, err, sizeof err) < 0)
             break;
+        /* not tenant-scoped: the outbox's lag over every tenant (a public
+         * route); PQexec, because a failure is an answer of its own */
         res = PQexec(r->pg, "SELECT crier.api_outbox_lag()");
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             break;

@@ -85,8 +85,10 @@ void crier_http_txn_finish(crier_http_request *r)
     crier_http_db_release(r);
 }
 
-PGresult *crier_http_query_prepared(crier_http_request *r, int id, const char *sql, int n,
-                                    const char *const *values)
+/* crier_http_query for a statement prepared once per pooled connection (id
+ * names it: 0..31). */
+static PGresult *query_prepared(crier_http_request *r, int id, const char *sql, int n,
+                                const char *const *values)
 {
     char name[24];
     PGresult *res;
@@ -137,16 +139,15 @@ int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sq
 {
     long long id = 0;
     char id_text[24], field[64];
-    const char *values[2];
+    const char *values[1];
     PGresult *res;
 
     snprintf(field, sizeof field, "the %s id", what);
     if (crier_http_path_id(r, r->segments[2], field, &id) < 0)
         return -1;
     snprintf(id_text, sizeof id_text, "%lld", id);
-    values[0] = r->tenant;
-    values[1] = id_text;
-    res = crier_http_query(r, sql, 2, values);
+    values[0] = id_text;
+    res = crier_http_query_tenant(r, sql, 1, values);
     if (!res)
         return -1;
     if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
@@ -156,4 +157,40 @@ int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sq
     crier_http_reply(r, 200, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
     PQclear(res);
     return 0;
+}
+
+/* Fills all[0..n] with the request's tenant and values[0..n). Returns 0, or
+ * -1 with a 500 set (no tenant: the route is not authenticated; too many
+ * values). */
+static int query_tenant_values(crier_http_request *r, int n, const char *const *values,
+                               const char **all)
+{
+    if (!r->tenant[0] || n < 0 || n > CRIER_HTTP_QUERY_MAX_VALUES) {
+        crier_error("http", "request %llu (%s %s): a tenant-scoped statement without %s", r->id,
+                    r->method, r->path, r->tenant[0] ? "room for its values" : "a tenant");
+        return crier_http_error(r, 500, "internal_error",
+                                "internal error; see the server log for request id %llu", r->id);
+    }
+    all[0] = r->tenant;
+    for (int i = 0; i < n; i++)
+        all[i + 1] = values[i];
+    return 0;
+}
+
+PGresult *crier_http_query_tenant(crier_http_request *r, const char *sql, int n,
+                                  const char *const *values)
+{
+    const char *all[CRIER_HTTP_QUERY_MAX_VALUES + 1];
+    if (query_tenant_values(r, n, values, all) < 0)
+        return NULL;
+    return crier_http_query(r, sql, n + 1, all);
+}
+
+PGresult *crier_http_query_tenant_prepared(crier_http_request *r, int id, const char *sql, int n,
+                                           const char *const *values)
+{
+    const char *all[CRIER_HTTP_QUERY_MAX_VALUES + 1];
+    if (query_tenant_values(r, n, values, all) < 0)
+        return NULL;
+    return query_prepared(r, id, sql, n + 1, all);
 }

@@ -34,23 +34,37 @@ int crier_http_txn_begin(crier_http_request *r);
  * connection back. Safe without a transaction or a connection. */
 void crier_http_txn_finish(crier_http_request *r);
 
-/* Runs sql with n text parameters on the request's connection. Returns the
- * result (the caller clears it), or NULL with an error response set
- * (crier_http_error_from_result). */
-PGresult *crier_http_query(crier_http_request *r, const char *sql, int n,
-                           const char *const *values);
+/* Runs a tenant-scoped statement on the request's connection: sql's $1 is
+ * always the request's tenant (r->tenant, set by authentication) and the n
+ * text values[0..n) are $2..$(n+1), so a handler cannot forget to scope a
+ * statement to its tenant, nor scope it to another. Every statement that
+ * reads or changes a tenant's rows goes through here or its prepared twin.
+ * Returns the result (the caller clears it), or NULL with an error response
+ * set (crier_http_error_from_result; a 500 without running anything when the
+ * request has no tenant or more than CRIER_HTTP_QUERY_MAX_VALUES values). */
+#define CRIER_HTTP_QUERY_MAX_VALUES 15
+PGresult *crier_http_query_tenant(crier_http_request *r, const char *sql, int n,
+                                  const char *const *values);
 
 /* The same for a hot statement, prepared once per pooled connection (so it
  * is parsed and, where PostgreSQL's plan cache decides so, planned once).
  * id (0..31, one per statement text) names it. */
 enum { CRIER_HTTP_STMT_FEED_FIRST_PAGE };
-PGresult *crier_http_query_prepared(crier_http_request *r, int id, const char *sql, int n,
-                                    const char *const *values);
+PGresult *crier_http_query_tenant_prepared(crier_http_request *r, int id, const char *sql, int n,
+                                           const char *const *values);
 
-/* GET of one object by the id in path segment 2: runs sql with ($1 tenant,
- * $2 id), which returns one JSON value (NULL when the tenant has no such
- * object), and answers it, or 404 "no <what> <id>" (another tenant's object
- * is not found, like a missing one). Returns 0 or -1 like a handler. */
+/* Runs sql with n text parameters as they are, for the statements that are
+ * not about one tenant's rows (say why beside each call: finding the tenant
+ * of a credential, parsing a body, a snapshot, maintenance across tenants).
+ * Returns like crier_http_query_tenant. */
+PGresult *crier_http_query(crier_http_request *r, const char *sql, int n,
+                           const char *const *values);
+
+/* GET of one object by the id in path segment 2: runs sql (through
+ * crier_http_query_tenant) with ($1 tenant, $2 id), which returns one JSON
+ * value (NULL when the tenant has no such object), and answers it, or 404
+ * "no <what> <id>" (another tenant's object is not found, like a missing
+ * one). Returns 0 or -1 like a handler. */
 int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sql);
 
 #endif

@@ -206,6 +206,8 @@ int crier_http_body_fields(crier_http_request *r, const char *const *names, int 
     crier_json_buf_puts(&list, "}");
     values[0] = r->body.data;
     values[1] = list.data;
+    /* not tenant-scoped: PostgreSQL only parses the body (no table is read);
+     * its errors are the body's, hence PQexecParams, not crier_http_query */
     res = PQexecParams(r->pg, "SELECT name, type, value FROM crier.api_fields($1, $2::text[])", 2,
                        NULL, values, NULL, NULL, 0);
     crier_json_buf_free(&list);

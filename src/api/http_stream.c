@@ -290,6 +290,12 @@ void crier_http_streams_close_all(crier_http_streams *hub)
 
 /* ------------------------------------------------------------------------
  * The hub thread: database connections
+ *
+ * The hub's statements run on its own connections for many streams at once,
+ * not on a request's, so they cannot go through crier_http_query_tenant:
+ * each binds the tenant of every stream it reads for itself (the audience
+ * lookup its one tenant, the updates and the credentials check one tenant
+ * per stream, row by row).
  */
 
 static void hub_disconnect(crier_http_streams *hub, const char *why)
