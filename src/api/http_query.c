@@ -85,6 +85,18 @@ void crier_http_txn_finish(crier_http_request *r)
     crier_http_db_release(r);
 }
 
+/* res when the statement succeeded; else NULL with the error response set
+ * (res is cleared). */
+static PGresult *query_result(crier_http_request *r, PGresult *res)
+{
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
+        return res;
+    crier_http_error_from_result(r, res);
+    PQclear(res);
+    return NULL;
+}
+
 /* crier_http_query for a statement prepared once per pooled connection (id
  * names it: 0..31). */
 static PGresult *query_prepared(crier_http_request *r, int id, const char *sql, int n,
@@ -92,7 +104,6 @@ static PGresult *query_prepared(crier_http_request *r, int id, const char *sql, 
 {
     char name[24];
     PGresult *res;
-    ExecStatusType st;
     if (!r->pg || id < 0 || id > 31)
         return crier_http_query(r, sql, n, values);
     snprintf(name, sizeof name, "crier_api_%d", id);
@@ -108,31 +119,17 @@ static PGresult *query_prepared(crier_http_request *r, int id, const char *sql, 
         PQclear(res);
         *prepared |= 1u << id;
     }
-    res = PQexecPrepared(r->pg, name, n, values, NULL, NULL, 0);
-    st = PQresultStatus(res);
-    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
-        return res;
-    crier_http_error_from_result(r, res);
-    PQclear(res);
-    return NULL;
+    return query_result(r, PQexecPrepared(r->pg, name, n, values, NULL, NULL, 0));
 }
 
 PGresult *crier_http_query(crier_http_request *r, const char *sql, int n, const char *const *values)
 {
-    PGresult *res;
-    ExecStatusType st;
     if (!r->pg) {
         crier_http_error(r, 500, "internal_error", "no database connection (request id %llu)",
                          r->id);
         return NULL;
     }
-    res = PQexecParams(r->pg, sql, n, NULL, values, NULL, NULL, 0);
-    st = PQresultStatus(res);
-    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
-        return res;
-    crier_http_error_from_result(r, res);
-    PQclear(res);
-    return NULL;
+    return query_result(r, PQexecParams(r->pg, sql, n, NULL, values, NULL, NULL, 0));
 }
 
 int crier_http_get_by_id(crier_http_request *r, const char *what, const char *sql)

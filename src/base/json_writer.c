@@ -4,22 +4,16 @@
  */
 #include "json_writer.h"
 
+#include "strbuf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 void crier_json_buf_add(crier_json_buf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p)
-            abort();
-        b->data = p;
-        b->cap = cap;
-    }
+    crier_strbuf_grow(&b->data, &b->cap, b->len + n + 1, 256);
     memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = '\0';
