@@ -1,8 +1,12 @@
 /* http_auth.c — API keys, user tokens and signed cursors of the HTTP API
- * (see http_auth.h). */
+ * (see http_auth.h).
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
 #include "http_auth.h"
 
 #include "base64.h"
+#include "http_query.h"
 #include "log.h"
 
 #include <openssl/crypto.h>
@@ -76,39 +80,39 @@ static void auth_derive(const unsigned char *secret, size_t secret_len, const ch
 
 /* Appends s as a JSON string (the token payload's ids have no control
  * characters; quotes and backslashes are escaped). */
-static void auth_json_string(crier_http_buf *b, const char *s)
+static void auth_json_string(crier_json_buf *b, const char *s)
 {
-    crier_http_buf_json_string(b, s);
+    crier_json_buf_string(b, s);
 }
 
 char *crier_auth_token_sign(const unsigned char *secret, size_t secret_len, const char *tenant,
                             const char *user, long long exp)
 {
-    crier_http_buf payload = {0}, token = {0};
+    crier_json_buf payload = {0}, token = {0};
     unsigned char key[32], mac[32];
     char *b64;
 
-    crier_http_buf_puts(&payload, "{\"t\":");
+    crier_json_buf_puts(&payload, "{\"t\":");
     auth_json_string(&payload, tenant);
-    crier_http_buf_puts(&payload, ",\"u\":");
+    crier_json_buf_puts(&payload, ",\"u\":");
     auth_json_string(&payload, user);
-    crier_http_buf_printf(&payload, ",\"exp\":%lld}", exp);
+    crier_json_buf_printf(&payload, ",\"exp\":%lld}", exp);
 
     b64 = malloc(CRIER_BASE64URL_LEN(payload.len) + 1);
     if (!b64)
         abort();
     crier_base64url_encode((const unsigned char *)payload.data, payload.len, b64);
-    crier_http_buf_puts(&token, CRIER_USER_TOKEN_PREFIX);
-    crier_http_buf_puts(&token, b64);
+    crier_json_buf_puts(&token, CRIER_USER_TOKEN_PREFIX);
+    crier_json_buf_puts(&token, b64);
     free(b64);
-    crier_http_buf_free(&payload);
+    crier_json_buf_free(&payload);
 
     auth_derive(secret, secret_len, "crier/user-token/v1", key);
     auth_hmac(key, sizeof key, token.data, token.len, mac);
     char mac64[CRIER_BASE64URL_LEN(32) + 1];
     crier_base64url_encode(mac, sizeof mac, mac64);
-    crier_http_buf_puts(&token, ".");
-    crier_http_buf_puts(&token, mac64);
+    crier_json_buf_puts(&token, ".");
+    crier_json_buf_puts(&token, mac64);
     OPENSSL_cleanse(key, sizeof key);
     return token.data;
 }
@@ -132,7 +136,8 @@ static int auth_api_key(crier_http_request *r, const char *key)
     if (strlen(key) != CRIER_API_KEY_LEN)
         return crier_http_error(r, 401, "invalid_api_key", "the API key is not valid");
     crier_auth_key_hash_hex(key, strlen(key), hash);
-    /* looked up by its digest (an index): no comparison of secrets in C */
+    /* looked up by its digest (an index): no comparison of secrets in C. Not
+     * tenant-scoped: the key's tenant is what this finds */
     res =
         crier_http_query(r,
                          "SELECT k.id, k.tenant, k.revoked_at IS NOT NULL, encode(t.secret, 'hex')"
@@ -180,7 +185,9 @@ static int auth_user_token(crier_http_request *r, const char *token)
         return crier_http_error(r, 401, "invalid_token", "the user token is malformed");
     payload[payload_len] = '\0';
     /* PostgreSQL reads the payload (JSON) and the claimed tenant's secret; the
-     * claims are trusted only once the mac checks out */
+     * claims are trusted only once the mac checks out. Not tenant-scoped (no
+     * tenant is known before the mac checks out), and a malformed payload is
+     * an invalid token rather than a field error, hence PQexecParams */
     values[0] = (const char *)payload;
     res = PQexecParams(r->pg,
                        "SELECT p.j->>'t', p.j->>'u', p.j->>'exp', encode(t.secret, 'hex')"
@@ -284,21 +291,21 @@ static void cursor_mac(const crier_http_request *r, const char *const *scope, in
                        const unsigned char *pos, size_t pos_len, unsigned char out[32])
 {
     unsigned char key[32];
-    crier_http_buf msg = {0};
-    crier_http_buf_puts(&msg, "crier/cursor/v1");
+    crier_json_buf msg = {0};
+    crier_json_buf_puts(&msg, "crier/cursor/v1");
     /* length-prefixed scope parts: no two scopes share an encoding */
     for (int i = 0; i < n_scope; i++) {
         size_t len = strlen(scope[i]);
         unsigned char l[4] = {(unsigned char)(len >> 24), (unsigned char)(len >> 16),
                               (unsigned char)(len >> 8), (unsigned char)len};
-        crier_http_buf_add(&msg, (const char *)l, 4);
-        crier_http_buf_add(&msg, scope[i], len);
+        crier_json_buf_add(&msg, (const char *)l, 4);
+        crier_json_buf_add(&msg, scope[i], len);
     }
-    crier_http_buf_add(&msg, (const char *)pos, pos_len);
+    crier_json_buf_add(&msg, (const char *)pos, pos_len);
     auth_derive(r->secret, r->secret_len, "crier/cursor/v1", key);
     auth_hmac(key, sizeof key, msg.data, msg.len, out);
     OPENSSL_cleanse(key, sizeof key);
-    crier_http_buf_free(&msg);
+    crier_json_buf_free(&msg);
 }
 
 void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,

@@ -13,12 +13,16 @@
  *     from the tenant's secret) over a scope (what list, whose) and the
  *     position: opaque, and any change to them is detected.
  * Derived keys are HMAC-SHA256(secret, label), so a token's mac can never
- * pass as a cursor's. */
+ * pass as a cursor's.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ * Calls into: http_query, http_request; base64, json_writer, log (base).
+ */
 #ifndef CRIER_HTTP_AUTH_H
 #define CRIER_HTTP_AUTH_H
 
 #include "base64.h"
-#include "http_api.h"
+#include "http_request.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,8 +1,14 @@
 /* http_handlers_events.c — intake and tokens: POST /v1/events (validated by
  * the rules, deduplicated by crier.emit, with Idempotency-Key replays),
- * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser). */
-#include "http_api.h"
+ * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser).
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
+#include "http_handlers.h"
+
 #include "http_auth.h"
+#include "http_query.h"
+#include "http_rules.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -36,32 +42,32 @@ static bool events_valid_type(const char *t)
  * back. */
 static int events_claim_key(crier_http_request *r, const char *key)
 {
-    const char *values[3] = {r->tenant, key, r->body.data};
+    const char *values[2] = {key, r->body.data}; /* $2, $3 after the tenant */
     PGresult *res;
 
-    res = crier_http_query(r,
-                           "DELETE FROM crier.api_idempotency WHERE tenant = $1 AND key = $2"
-                           " AND created_at < now() - interval '24 hours'",
-                           2, values);
+    res = crier_http_query_tenant(r,
+                                  "DELETE FROM crier.api_idempotency WHERE tenant = $1 AND key = $2"
+                                  " AND created_at < now() - interval '24 hours'",
+                                  1, values);
     if (!res)
         return -1;
     PQclear(res);
-    res = crier_http_query(r,
-                           "INSERT INTO crier.api_idempotency (tenant, key, request_hash)"
-                           " VALUES ($1, $2, sha256(convert_to($3::jsonb::text, 'UTF8')))"
-                           " ON CONFLICT DO NOTHING RETURNING 1",
-                           3, values);
+    res = crier_http_query_tenant(r,
+                                  "INSERT INTO crier.api_idempotency (tenant, key, request_hash)"
+                                  " VALUES ($1, $2, sha256(convert_to($3::jsonb::text, 'UTF8')))"
+                                  " ON CONFLICT DO NOTHING RETURNING 1",
+                                  2, values);
     if (!res)
         return -1;
     int claimed = PQntuples(res);
     PQclear(res);
     if (claimed)
         return 1;
-    res = crier_http_query(
+    res = crier_http_query_tenant(
         r,
         "SELECT request_hash = sha256(convert_to($3::jsonb::text, 'UTF8')), status, response"
         " FROM crier.api_idempotency WHERE tenant = $1 AND key = $2",
-        3, values);
+        2, values);
     if (!res)
         return -1;
     if (PQntuples(res) != 1 || PQgetisnull(res, 0, 2)) {
@@ -88,7 +94,7 @@ int crier_http_events_create(crier_http_request *r)
     crier_http_field f[4];
     const char *type, *entity, *payload = "{}", *dedupe, *key;
     char err[2048], id[32];
-    const char *values[5];
+    const char *values[4];
     PGresult *res;
     crier_plan_status st;
     bool created;
@@ -112,7 +118,7 @@ int crier_http_events_create(crier_http_request *r)
                                     "field payload must be a JSON object, got %s", f[2].type);
         payload = f[2].value;
     }
-    st = crier_http_api_validate_event(r->api, type, payload, err, sizeof err);
+    st = crier_http_rules_validate(r->ctx->rules, type, payload, err, sizeof err);
     if (st == CRIER_PLAN_UNKNOWN_TYPE)
         return crier_http_error(r, 422, "unknown_event_type", "%s", err);
     if (st == CRIER_PLAN_INVALID_PAYLOAD)
@@ -128,27 +134,25 @@ int crier_http_events_create(crier_http_request *r)
             return go;
     }
 
-    values[0] = r->tenant;
-    values[1] = type;
-    values[2] = entity;
-    values[3] = payload;
-    values[4] = dedupe;
-    res = crier_http_query(r, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, values);
+    values[0] = type;
+    values[1] = entity;
+    values[2] = payload;
+    values[3] = dedupe;
+    res = crier_http_query_tenant(r, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 4, values);
     if (!res)
         return -1;
     snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
     /* the row was inserted by this transaction unless it was a duplicate */
     values[0] = id;
-    values[1] = r->tenant;
-    res = crier_http_query(
+    res = crier_http_query_tenant(
         r,
         "SELECT e.xmin = pg_current_xact_id()::xid,"
         " json_build_object('id', e.id, 'type', e.event_type, 'entity_id', e.entity_id,"
         "   'dedupe_key', e.dedupe_key, 'state', e.state, 'created_at', e.created_at,"
         "   'duplicate', e.xmin <> pg_current_xact_id()::xid)"
-        " FROM crier.events e WHERE e.id = $1::bigint AND e.tenant = $2",
-        2, values);
+        " FROM crier.events e WHERE e.id = $2::bigint AND e.tenant = $1",
+        1, values);
     if (!res)
         return -1;
     if (PQntuples(res) != 1) {
@@ -162,19 +166,20 @@ int crier_http_events_create(crier_http_request *r)
     if (key) {
         char status[8];
         snprintf(status, sizeof status, "%u", r->status);
-        values[0] = r->tenant;
-        values[1] = key;
-        values[2] = status;
-        values[3] = r->response.data;
-        res = crier_http_query(r,
-                               "UPDATE crier.api_idempotency SET status = $3::int, response = $4"
-                               " WHERE tenant = $1 AND key = $2",
-                               4, values);
+        values[0] = key;
+        values[1] = status;
+        values[2] = r->response.data;
+        res = crier_http_query_tenant(r,
+                                      "UPDATE crier.api_idempotency SET status = $3::int,"
+                                      " response = $4 WHERE tenant = $1 AND key = $2",
+                                      3, values);
         if (!res)
             return -1;
         PQclear(res);
     }
-    /* now and then, purge idempotency records past their day */
+    /* now and then, purge idempotency records past their day: maintenance
+     * of every tenant's expired records (no tenant's data is read or
+     * answered), hence not tenant-scoped */
     if (r->id % 256 == 0) {
         res = crier_http_query(r,
                                "DELETE FROM crier.api_idempotency WHERE ctid = ANY (ARRAY("
@@ -204,7 +209,7 @@ int crier_http_tokens_create(crier_http_request *r)
     char expires[40];
     time_t exp;
     struct tm tm;
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
 
     if (crier_http_body_fields(r, names, 2, f, false) < 0 ||
         crier_http_field_string(r, &f[0], true, CRIER_HTTP_ID_MAX, true, &user) < 0 ||
@@ -214,13 +219,13 @@ int crier_http_tokens_create(crier_http_request *r)
     token = crier_auth_token_sign(r->secret, r->secret_len, r->tenant, user, (long long)exp);
     gmtime_r(&exp, &tm);
     strftime(expires, sizeof expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    crier_http_buf_puts(&out, "{\"token\":");
-    crier_http_buf_json_string(&out, token);
-    crier_http_buf_puts(&out, ",\"user\":");
-    crier_http_buf_json_string(&out, user);
-    crier_http_buf_printf(&out, ",\"expires_at\":\"%s\",\"expires_in\":%lld}", expires, ttl);
+    crier_json_buf_puts(&out, "{\"token\":");
+    crier_json_buf_string(&out, token);
+    crier_json_buf_puts(&out, ",\"user\":");
+    crier_json_buf_string(&out, user);
+    crier_json_buf_printf(&out, ",\"expires_at\":\"%s\",\"expires_in\":%lld}", expires, ttl);
     crier_http_reply(r, 201, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     free(token);
     return 0;
 }

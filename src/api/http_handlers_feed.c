@@ -2,9 +2,16 @@
  * pagination with signed cursors), unread/unseen counts, mark all read or
  * seen (exact: crier.feed_mark_all stores the request's snapshot), and
  * marking one item. A user token reaches only its own person's feed; an API
- * key names the person with ?user=. */
-#include "http_api.h"
+ * key names the person with ?user=.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
+#include "http_handlers.h"
+
 #include "http_auth.h"
+#include "http_feed_sql.h"
+#include "http_page.h"
+#include "http_query.h"
 #include "http_stream.h"
 
 #include <stdio.h>
@@ -46,9 +53,9 @@ int crier_http_feed_list(crier_http_request *r)
     bool archived;
     int64_t before = 0;
     char before_text[24], limit_text[24];
-    const char *values[5];
+    const char *values[4];
     PGresult *res;
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     int n;
 
     if (feed_user(r, &user) < 0 ||
@@ -61,45 +68,44 @@ int crier_http_feed_list(crier_http_request *r)
         return -1;
     snprintf(before_text, sizeof before_text, "%lld", (long long)before);
     snprintf(limit_text, sizeof limit_text, "%lld", limit + 1);
-    values[0] = r->tenant;
-    values[1] = user;
-    values[2] = cursor ? before_text : NULL;
-    values[3] = limit_text;
-    values[4] = archived ? "true" : "false";
+    values[0] = user; /* $2, after the tenant */
+    values[1] = cursor ? before_text : NULL;
+    values[2] = limit_text;
+    values[3] = archived ? "true" : "false";
     /* one row more than the page tells whether another page follows. The
      * first page (the hot one: every inbox opening) is a statement prepared
      * per connection, with no cursor in its text; a later page is planned
      * for its cursor (a generic plan shared by both made deep pages slower:
      * docs/BENCHMARKS.md) */
     if (cursor)
-        res = crier_http_query(r, CRIER_HTTP_SQL_FEED_PAGE, 5, values);
+        res = crier_http_query_tenant(r, CRIER_HTTP_SQL_FEED_PAGE, 4, values);
     else
-        res = crier_http_query_prepared(r, CRIER_HTTP_STMT_FEED_FIRST_PAGE,
-                                        CRIER_HTTP_SQL_FEED_FIRST_PAGE, 4,
-                                        (const char *const[]){values[0], values[1], values[3], values[4]});
+        res = crier_http_query_tenant_prepared(
+            r, CRIER_HTTP_STMT_FEED_FIRST_PAGE, CRIER_HTTP_SQL_FEED_FIRST_PAGE, 3,
+            (const char *const[]){values[0], values[2], values[3]});
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_buf_items(&out, res, (int)limit);
-    crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 1, scope,
-                          3);
+    crier_http_page_items(&out, res, (int)limit);
+    crier_http_page_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 1,
+                           scope, 3);
     /* the first page's newest item: POST /v1/feed/read-all {"cursor": head}
      * marks read what the person has been shown, not what arrived since */
     const char *head_scope[] = {"feed-head", user};
-    crier_http_buf_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
-                          2);
-    crier_http_buf_puts(&out, "}");
+    crier_http_page_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
+                           2);
+    crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }
 
 /* Answers with the person's counts (after a change, in its transaction). */
 static int feed_reply_counts(crier_http_request *r, const char *user, unsigned status)
 {
-    const char *values[2] = {r->tenant, user};
-    PGresult *res = crier_http_query(r, CRIER_HTTP_SQL_FEED_COUNTS, 2, values);
+    const char *values[1] = {user};
+    PGresult *res = crier_http_query_tenant(r, CRIER_HTTP_SQL_FEED_COUNTS, 1, values);
     if (!res)
         return -1;
     crier_http_reply(r, status, PQgetvalue(res, 0, 0), (size_t)PQgetlength(res, 0, 0));
@@ -123,7 +129,7 @@ int crier_http_feed_mark_all(crier_http_request *r)
     const char *what = !strcmp(r->segments[2], "seen-all") ? "seen" : "read";
     int64_t upto = 0;
     char upto_text[24];
-    const char *values[4];
+    const char *values[3];
     PGresult *res;
 
     if (feed_user(r, &user) < 0 || crier_http_body_fields(r, names, 1, f, true) < 0 ||
@@ -135,11 +141,10 @@ int crier_http_feed_mark_all(crier_http_request *r)
             return -1;
     }
     snprintf(upto_text, sizeof upto_text, "%lld", (long long)upto);
-    values[0] = r->tenant;
-    values[1] = user;
-    values[2] = what;
-    values[3] = cursor ? upto_text : NULL;
-    res = crier_http_query(r, CRIER_HTTP_SQL_FEED_MARK_ALL, 4, values);
+    values[0] = user;
+    values[1] = what;
+    values[2] = cursor ? upto_text : NULL;
+    res = crier_http_query_tenant(r, CRIER_HTTP_SQL_FEED_MARK_ALL, 3, values);
     if (!res)
         return -1;
     PQclear(res);
@@ -158,7 +163,7 @@ int crier_http_feed_item(crier_http_request *r)
     const char *user;
     long long item;
     char item_text[24];
-    const char *values[5];
+    const char *values[4];
     PGresult *res;
     size_t a;
 
@@ -172,24 +177,23 @@ int crier_http_feed_item(crier_http_request *r)
     if (crier_http_path_id(r, r->segments[3], "the item id", &item) < 0 || feed_user(r, &user) < 0)
         return -1;
     snprintf(item_text, sizeof item_text, "%lld", item);
-    values[0] = r->tenant;
-    values[1] = user;
-    values[2] = item_text;
-    values[3] = actions[a].what;
-    values[4] = actions[a].value;
-    res =
-        crier_http_query(r, "SELECT crier.feed_mark($1, $2, $3::bigint, $4, $5::bool)", 5, values);
+    values[0] = user;
+    values[1] = item_text;
+    values[2] = actions[a].what;
+    values[3] = actions[a].value;
+    res = crier_http_query_tenant(r, "SELECT crier.feed_mark($1, $2, $3::bigint, $4, $5::bool)", 4,
+                                  values);
     if (!res)
         return -1;
     bool found = !strcmp(PQgetvalue(res, 0, 0), "t");
     PQclear(res);
     if (!found)
         return crier_http_error(r, 404, "not_found", "no item %lld in this feed", item);
-    res = crier_http_query(r,
-                           "SELECT " CRIER_HTTP_FEED_ITEM_JSON
-                           " FROM crier.feed($1, $2, $3::bigint + 1, 1, true) f"
-                           " WHERE f.id = $3::bigint",
-                           3, values);
+    res = crier_http_query_tenant(r,
+                                  "SELECT " CRIER_HTTP_FEED_ITEM_JSON
+                                  " FROM crier.feed($1, $2, $3::bigint + 1, 1, true) f"
+                                  " WHERE f.id = $3::bigint",
+                                  2, values);
     if (!res)
         return -1;
     if (PQntuples(res) != 1) {
@@ -219,11 +223,13 @@ int crier_http_feed_stream(crier_http_request *r)
                                 "Last-Event-ID is not an id this stream sent (expected the id of "
                                 "its last event, as xmin:xmax:xip-list); reconnect without it");
     const char *values[1] = {last};
+    /* not tenant-scoped: the snapshot the stream starts from (the hub scopes
+     * what it reads to the stream's tenant and person) */
     res = crier_http_query(r, "SELECT coalesce($1::text, pg_current_snapshot()::text)", 1, values);
     if (!res)
         return -1;
-    r->stream = crier_http_streams_open(crier_http_api_streams(r->api), r, user,
-                                        PQgetvalue(res, 0, 0), last != NULL);
+    r->stream =
+        crier_http_streams_open(r->ctx->streams, r, user, PQgetvalue(res, 0, 0), last != NULL);
     PQclear(res);
     if (!r->stream)
         return crier_http_error(r, 503, "busy", "the server is shutting down; reconnect shortly");

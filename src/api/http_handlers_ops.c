@@ -1,8 +1,17 @@
 /* http_handlers_ops.c — the operator's endpoints: a notification's status with
  * its deliveries and attempts, dead letters (listed with keyset cursors, and
- * replayed), /metrics in the Prometheus text format and /healthz. */
-#include "http_api.h"
+ * replayed), /metrics in the Prometheus text format and /healthz.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
+#include "http_handlers.h"
+
 #include "http_auth.h"
+#include "http_page.h"
+#include "http_query.h"
+#include "http_rules.h"
+#include "http_stats.h"
+#include "http_stream.h"
 #include "log.h"
 #include "time_arg.h"
 
@@ -47,10 +56,10 @@ int crier_http_dead_list(crier_http_request *r)
     long long limit;
     int64_t pos[3] = {0, 0, 0};
     char pos_text[3][24], limit_text[24];
-    const char *values[10];
+    const char *values[9];
     const char *scope[] = {"dead"};
     PGresult *res;
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     int n;
 
     if (crier_http_arg(r, "type", &d.type) < 0 || crier_http_arg(r, "channel", &d.channel) < 0 ||
@@ -64,17 +73,16 @@ int crier_http_dead_list(crier_http_request *r)
     for (int i = 0; i < 3; i++)
         snprintf(pos_text[i], sizeof pos_text[i], "%lld", (long long)pos[i]);
     snprintf(limit_text, sizeof limit_text, "%lld", limit + 1);
-    values[0] = r->tenant;
-    values[1] = d.type;
-    values[2] = d.channel;
-    values[3] = d.since;
-    values[4] = d.until;
-    values[5] = d.kind;
-    values[6] = cursor ? pos_text[0] : NULL;
-    values[7] = pos_text[1];
-    values[8] = pos_text[2];
-    values[9] = limit_text;
-    res = crier_http_query(
+    values[0] = d.type; /* $2, after the tenant */
+    values[1] = d.channel;
+    values[2] = d.since;
+    values[3] = d.until;
+    values[4] = d.kind;
+    values[5] = cursor ? pos_text[0] : NULL;
+    values[6] = pos_text[1];
+    values[7] = pos_text[2];
+    values[8] = limit_text;
+    res = crier_http_query_tenant(
         r,
         "SELECT json_build_object('kind', x.kind, 'id', x.id, 'event_id', x.event_id, 'type', "
         "x.event_type,"
@@ -87,17 +95,17 @@ int crier_http_dead_list(crier_http_request *r)
         " WHERE $7::bigint IS NULL OR (x.sort_us, x.kind_rank, x.id) < ($7::bigint, $8::int, "
         "$9::bigint)"
         " ORDER BY x.sort_us DESC, x.kind_rank DESC, x.id DESC LIMIT $10::int",
-        10, values);
+        9, values);
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_buf_items(&out, res, (int)limit);
-    crier_http_buf_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 3, scope,
-                          1);
-    crier_http_buf_puts(&out, "}");
+    crier_http_page_items(&out, res, (int)limit);
+    crier_http_page_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 3,
+                           scope, 1);
+    crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }
 
@@ -108,7 +116,7 @@ int crier_http_dead_replay(crier_http_request *r)
     dead_filters d = {0};
     long long id, event;
     char id_text[24], event_text[24], chunk[16];
-    const char *values[9];
+    const char *values[8];
     PGresult *res;
 
     if (crier_http_body_fields(r, names, 7, f, true) < 0 ||
@@ -124,23 +132,22 @@ int crier_http_dead_replay(crier_http_request *r)
     snprintf(id_text, sizeof id_text, "%lld", id);
     snprintf(event_text, sizeof event_text, "%lld", event);
     snprintf(chunk, sizeof chunk, "%d", DEAD_REPLAY_CHUNK);
-    values[0] = r->tenant;
-    values[1] = d.type;
-    values[2] = d.channel;
-    values[3] = d.since;
-    values[4] = d.until;
-    values[5] = d.kind;
-    values[6] = id ? id_text : NULL;
-    values[7] = event ? event_text : NULL;
-    values[8] = chunk;
-    res = crier_http_query(
+    values[0] = d.type; /* $2, after the tenant */
+    values[1] = d.channel;
+    values[2] = d.since;
+    values[3] = d.until;
+    values[4] = d.kind;
+    values[5] = id ? id_text : NULL;
+    values[6] = event ? event_text : NULL;
+    values[7] = chunk;
+    res = crier_http_query_tenant(
         r,
         "SELECT deliveries, events, endpoints_enabled, remaining,"
         " json_build_object('deliveries', deliveries, 'events', events,"
         "   'endpoints_enabled', endpoints_enabled, 'remaining', remaining)"
         " FROM crier.api_replay_dead($1, $2, $3, $4::timestamptz, $5::timestamptz, $6,"
         "   $7::bigint, $8::bigint, $9::int)",
-        9, values);
+        8, values);
     if (!res)
         return -1;
     if ((id || event) && !strcmp(PQgetvalue(res, 0, 0), "0") &&
@@ -190,7 +197,7 @@ static const char *metric_help(const char *name)
 
 int crier_http_metrics(crier_http_request *r)
 {
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     char err[512], prev[64] = "";
     PGresult *res = NULL;
     bool up = false;
@@ -202,6 +209,9 @@ int crier_http_metrics(crier_http_request *r)
             break;
         }
         PQclear(res);
+        /* not tenant-scoped: the operator's gauges over every tenant (a
+         * public route: no credential, no tenant); PQexec, not
+         * crier_http_query, because a failure is a metric, not an error */
         res = PQexec(
             r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics()");
         up = PQresultStatus(res) == PGRES_TUPLES_OK;
@@ -211,45 +221,48 @@ int crier_http_metrics(crier_http_request *r)
             break;
         crier_http_db_release(r);
     }
-    crier_http_buf_puts(
+    crier_json_buf_puts(
         &out, "# HELP crier_database_up 1 when the API could query the database for this scrape.\n"
               "# TYPE crier_database_up gauge\n");
-    crier_http_buf_printf(&out, "crier_database_up %d\n", up ? 1 : 0);
+    crier_json_buf_printf(&out, "crier_database_up %d\n", up ? 1 : 0);
     for (int i = 0; up && i < PQntuples(res); i++) {
         const char *name = PQgetvalue(res, i, 0);
         if (strcmp(name, prev)) {
             /* HELP/TYPE once per metric (rows of a metric are adjacent) */
-            crier_http_buf_puts(&out, metric_help(name));
+            crier_json_buf_puts(&out, metric_help(name));
             snprintf(prev, sizeof prev, "%s", name);
         }
-        crier_http_buf_puts(&out, name);
+        crier_json_buf_puts(&out, name);
         if (!PQgetisnull(res, i, 1)) {
-            crier_http_buf_printf(&out, "{%s=", PQgetvalue(res, i, 1));
-            crier_http_buf_label(&out, PQgetvalue(res, i, 2));
+            crier_json_buf_printf(&out, "{%s=", PQgetvalue(res, i, 1));
+            crier_json_buf_prometheus_label(&out, PQgetvalue(res, i, 2));
             if (!PQgetisnull(res, i, 3)) {
-                crier_http_buf_printf(&out, ",%s=", PQgetvalue(res, i, 3));
-                crier_http_buf_label(&out, PQgetvalue(res, i, 4));
+                crier_json_buf_printf(&out, ",%s=", PQgetvalue(res, i, 3));
+                crier_json_buf_prometheus_label(&out, PQgetvalue(res, i, 4));
             }
-            crier_http_buf_puts(&out, "}");
+            crier_json_buf_puts(&out, "}");
         }
-        crier_http_buf_printf(&out, " %s\n", PQgetvalue(res, i, 5));
+        crier_json_buf_printf(&out, " %s\n", PQgetvalue(res, i, 5));
     }
     PQclear(res);
-    crier_http_api_write_metrics(r->api, &out);
+    /* the API's own: requests by route, its rules generation, live feeds */
+    crier_http_stats_write(r->ctx->stats, &out);
+    crier_http_rules_write_metrics(r->ctx->rules, &out);
+    crier_http_streams_metrics(r->ctx->streams, &out);
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
     crier_http_reply(r, 200, out.data, out.len);
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }
 
 int crier_http_healthz(crier_http_request *r)
 {
-    crier_http_buf out = {0};
+    crier_json_buf out = {0};
     char err[512], version[65];
-    double max_lag = crier_http_api_max_lag(r->api), lag;
+    double max_lag = r->ctx->healthz_max_lag, lag;
     PGresult *res;
 
-    crier_http_api_rules_version(r->api, version, sizeof version);
+    crier_http_rules_version(r->ctx->rules, version, sizeof version);
     res = NULL;
     /* a connection the server dropped is replaced once */
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -257,6 +270,8 @@ int crier_http_healthz(crier_http_request *r)
         res = NULL;
         if (crier_http_db_acquire(r, 2.0, err, sizeof err) < 0)
             break;
+        /* not tenant-scoped: the outbox's lag over every tenant (a public
+         * route); PQexec, because a failure is an answer of its own */
         res = PQexec(r->pg, "SELECT crier.api_outbox_lag()");
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             break;
@@ -268,19 +283,19 @@ int crier_http_healthz(crier_http_request *r)
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         PQclear(res);
-        crier_http_buf_puts(
+        crier_json_buf_puts(
             &out, "{\"status\":\"unavailable\",\"database\":\"unreachable\",\"error\":{\"code\":"
                   "\"database_unavailable\",\"message\":");
-        crier_http_buf_json_string(&out, err);
-        crier_http_buf_puts(&out, "}}");
+        crier_json_buf_string(&out, err);
+        crier_json_buf_puts(&out, "}}");
         crier_http_reply(r, 503, out.data, out.len);
-        crier_http_buf_free(&out);
+        crier_json_buf_free(&out);
         return 0;
     }
     lag = strtod(PQgetvalue(res, 0, 0), NULL);
     PQclear(res);
     if (lag > max_lag) {
-        crier_http_buf_printf(
+        crier_json_buf_printf(
             &out,
             "{\"status\":\"lagging\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
             "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\",\"error\":{\"code\":\"outbox_lag\","
@@ -288,12 +303,12 @@ int crier_http_healthz(crier_http_request *r)
             lag, max_lag, version, lag, max_lag);
         crier_http_reply(r, 503, out.data, out.len);
     } else {
-        crier_http_buf_printf(&out,
+        crier_json_buf_printf(&out,
                               "{\"status\":\"ok\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
                               "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\"}",
                               lag, max_lag, version);
         crier_http_reply(r, 200, out.data, out.len);
     }
-    crier_http_buf_free(&out);
+    crier_json_buf_free(&out);
     return 0;
 }

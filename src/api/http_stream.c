@@ -1,10 +1,15 @@
 /* http_stream.c — live feeds by Server-Sent Events (see http_stream.h): the
  * hub thread (LISTEN crier_feed, what changed since each stream's snapshot),
  * the streams' buffers, and the content reader that plays them to
- * libmicrohttpd, parking the connection while there is nothing to send. */
+ * libmicrohttpd, parking the connection while there is nothing to send.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ */
 #include "http_stream.h"
 
 #include "clock.h"
+#include "http_feed_sql.h"
+#include "http_pool.h"
 #include "log.h"
 #include "pg_array.h"
 
@@ -39,7 +44,7 @@ struct crier_http_stream {
     char *last_counts;     /* the counts last sent */
     bool dirty, resync;    /* needs an update; must tell the client to reload */
     bool suspended, ending;
-    crier_http_buf out;    /* bytes not yet handed to libmicrohttpd */
+    crier_json_buf out;    /* bytes not yet handed to libmicrohttpd */
     size_t out_pos;
     crier_http_stream *next;
 };
@@ -83,7 +88,7 @@ static void stream_unref(crier_http_stream *st)
     free(st->user);
     free(st->since);
     free(st->last_counts);
-    crier_http_buf_free(&st->out);
+    crier_json_buf_free(&st->out);
     free(st);
 }
 
@@ -103,7 +108,7 @@ static bool stream_put(crier_http_stream *st, const char *s, size_t n)
                    st->tenant, st->user);
         st->ending = true;
     } else {
-        crier_http_buf_add(&st->out, s, n);
+        crier_json_buf_add(&st->out, s, n);
     }
     if (!st->suspended)
         return false;
@@ -113,14 +118,14 @@ static bool stream_put(crier_http_stream *st, const char *s, size_t n)
 
 /* One event: "event: NAME" (and "id: ID") and the data line (JSON has no
  * newlines: PostgreSQL's json text escapes them). */
-static void stream_event(crier_http_buf *b, const char *name, const char *id, const char *data,
+static void stream_event(crier_json_buf *b, const char *name, const char *id, const char *data,
                          size_t len)
 {
     if (id)
-        crier_http_buf_printf(b, "id: %s\n", id);
-    crier_http_buf_printf(b, "event: %s\ndata: ", name);
-    crier_http_buf_add(b, data, len);
-    crier_http_buf_puts(b, "\n\n");
+        crier_json_buf_printf(b, "id: %s\n", id);
+    crier_json_buf_printf(b, "event: %s\ndata: ", name);
+    crier_json_buf_add(b, data, len);
+    crier_json_buf_puts(b, "\n\n");
 }
 
 /* ------------------------------------------------------------------------
@@ -209,7 +214,7 @@ crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const crier_
         return NULL;
     }
     st->dirty = true; /* the first update: what committed since the snapshot, and the counts */
-    crier_http_buf_printf(&st->out, "retry: %d\n: crier live feed%s\n\n", STREAM_RETRY_MS,
+    crier_json_buf_printf(&st->out, "retry: %d\n: crier live feed%s\n\n", STREAM_RETRY_MS,
                           resumed ? " (resumed)" : "");
     pthread_mutex_lock(&hub->lock);
     if (hub->stopping || hub->closing) {
@@ -285,6 +290,12 @@ void crier_http_streams_close_all(crier_http_streams *hub)
 
 /* ------------------------------------------------------------------------
  * The hub thread: database connections
+ *
+ * The hub's statements run on its own connections for many streams at once,
+ * not on a request's, so they cannot go through crier_http_query_tenant:
+ * each binds the tenant of every stream it reads for itself (the audience
+ * lookup its one tenant, the updates and the credentials check one tenant
+ * per stream, row by row).
  */
 
 static void hub_disconnect(crier_http_streams *hub, const char *why)
@@ -511,7 +522,7 @@ static const char SQL_UPDATE[] =
 static void hub_apply(crier_http_streams *hub, crier_http_stream *st, PGresult *res, int row,
                       bool resync, stream_list *resume)
 {
-    crier_http_buf ev = {0};
+    crier_json_buf ev = {0};
     long n_items = atol(PQgetvalue(res, row, 4));
     if (atol(PQgetvalue(res, row, 3)) > CRIER_STREAM_MAX_ITEMS * 10 || n_items > CRIER_STREAM_MAX_ITEMS)
         resync = true;
@@ -546,7 +557,7 @@ static void hub_apply(crier_http_streams *hub, crier_http_stream *st, PGresult *
     hub->updates++;
     hub->items_sent += resync ? 0 : (unsigned long long)n_items;
     hub->resyncs += resync;
-    crier_http_buf_free(&ev);
+    crier_json_buf_free(&ev);
 }
 
 /* Updates the streams v[0..n) (n <= STREAM_UPDATE_BATCH) in one statement.
@@ -875,12 +886,12 @@ void crier_http_streams_stop(crier_http_streams *hub)
     free(hub);
 }
 
-void crier_http_streams_metrics(crier_http_streams *hub, crier_http_buf *b)
+void crier_http_streams_metrics(crier_http_streams *hub, crier_json_buf *b)
 {
     if (!hub)
         return;
     pthread_mutex_lock(&hub->lock);
-    crier_http_buf_printf(
+    crier_json_buf_printf(
         b,
         "# HELP crier_http_streams_open Live feed streams (Server-Sent Events) open now.\n"
         "# TYPE crier_http_streams_open gauge\ncrier_http_streams_open %ld\n"

@@ -16,11 +16,16 @@
  * Connections are parked with MHD_suspend_connection while a stream has
  * nothing to send (no thread is held) and resumed by the hub. A comment line
  * every keepalive interval keeps proxies from closing idle streams and lets
- * the server notice clients that went away. */
+ * the server notice clients that went away.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ * Calls into: http_pool, http_request (and http_feed_sql's item JSON);
+ * pg_array (pg); clock, json_writer, log (base).
+ */
 #ifndef CRIER_HTTP_STREAM_H
 #define CRIER_HTTP_STREAM_H
 
-#include "http_api.h"
+#include "http_request.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,6 +76,6 @@ void crier_http_streams_close_all(crier_http_streams *hub);
 void crier_http_streams_stop(crier_http_streams *hub);
 
 /* Appends the hub's Prometheus metrics. */
-void crier_http_streams_metrics(crier_http_streams *hub, crier_http_buf *b);
+void crier_http_streams_metrics(crier_http_streams *hub, crier_json_buf *b);
 
 #endif

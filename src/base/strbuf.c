@@ -7,20 +7,25 @@
 size_t crier_strbuf_add(crier_strbuf *b, const char *s, size_t n)
 {
     size_t off = b->len;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p)
-            abort();
-        b->data = p;
-        b->cap = cap;
-    }
+    crier_strbuf_grow(&b->data, &b->cap, b->len + n + 1, 4096);
     memcpy(b->data + b->len, s, n);
     b->data[b->len + n] = '\0';
     b->len += n + 1;
     return off;
+}
+
+void crier_strbuf_grow(char **data, size_t *cap, size_t need, size_t first_cap)
+{
+    if (need <= *cap)
+        return;
+    size_t want = *cap ? *cap : first_cap;
+    while (want < need)
+        want *= 2;
+    char *p = realloc(*data, want);
+    if (!p)
+        abort();
+    *data = p;
+    *cap = want;
 }
 
 void crier_strbuf_reset(crier_strbuf *b)

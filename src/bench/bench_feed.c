@@ -35,6 +35,8 @@
 #include "cli.h"
 #include "clock.h"
 #include "http_auth.h"
+#include "http_feed_sql.h"
+#include "json_writer.h"
 #include "log.h"
 #include "migrate.h"
 
@@ -121,7 +123,7 @@ static const char *const op_names[OP_COUNT] = {"first_page", "deep_page", "unrea
 #define FEED_SCHEMA "crier_bench_feed"
 
 /* The baseline runs the HTTP API's statements (CRIER_HTTP_SQL_FEED_*,
- * http_api.h), so that it asks PostgreSQL exactly what the API asks; the
+ * http_feed_sql.h), so that it asks PostgreSQL exactly what the API asks; the
  * first page is prepared on each connection as the API does. A page asks for
  * one row more than it shows (whether another page follows). */
 #define FEED_FIRST_PAGE_STMT "crier_bench_first_page"
@@ -597,15 +599,15 @@ static int feed_write_rules(feed_ctx *b)
     return crier_bench_write_file(path, text);
 }
 
-/* libcurl's write callback: appends a response body to a crier_http_buf. */
+/* libcurl's write callback: appends a response body to a crier_json_buf. */
 static size_t feed_body_write(char *ptr, size_t size, size_t n, void *ud)
 {
-    crier_http_buf_add(ud, ptr, size * n);
+    crier_json_buf_add(ud, ptr, size * n);
     return size * n;
 }
 
 /* Empties a body, keeping its memory. */
-static void feed_body_reset(crier_http_buf *body)
+static void feed_body_reset(crier_json_buf *body)
 {
     body->len = 0;
     if (body->data)
@@ -617,7 +619,7 @@ static void feed_body_reset(crier_http_buf *body)
 typedef struct {
     CURL *curl;
     struct curl_slist *headers;
-    crier_http_buf body;
+    crier_json_buf body;
 } feed_http;
 
 static int feed_http_open(feed_http *h, const char *auth_header)
@@ -642,7 +644,7 @@ static void feed_http_close(feed_http *h)
     if (h->curl)
         curl_easy_cleanup(h->curl);
     curl_slist_free_all(h->headers);
-    crier_http_buf_free(&h->body);
+    crier_json_buf_free(&h->body);
     memset(h, 0, sizeof *h);
 }
 
@@ -1042,13 +1044,13 @@ fail:
 static void feed_notice(void *ud, const PGresult *res)
 {
     const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-    crier_http_buf_puts(ud, msg ? msg : PQresultErrorMessage(res));
-    crier_http_buf_puts(ud, "\n\n");
+    crier_json_buf_puts(ud, msg ? msg : PQresultErrorMessage(res));
+    crier_json_buf_puts(ud, "\n\n");
 }
 
 /* Runs one of the API's statements (in a transaction rolled back: --explain
  * changes nothing) and prints the plans auto_explain sent. */
-static int feed_explain_one(PGconn *conn, crier_http_buf *plans, const char *title, int op,
+static int feed_explain_one(PGconn *conn, crier_json_buf *plans, const char *title, int op,
                             const char *user, const char *before)
 {
     char limit[16];
@@ -1122,7 +1124,7 @@ static int feed_explain(feed_ctx *b)
          "", "", 0, 0, 0},
     };
     char title[512], sql[512];
-    crier_http_buf plans = {0};
+    crier_json_buf plans = {0};
     uint64_t state = 42;
     int rc = -1;
 
@@ -1204,7 +1206,7 @@ static int feed_explain(feed_ctx *b)
 out:
     PQsetNoticeReceiver(b->conn, NULL, NULL);
     crier_bench_exec(b->conn, "RESET ALL");
-    crier_http_buf_free(&plans);
+    crier_json_buf_free(&plans);
     return rc;
 }
 

@@ -3,6 +3,7 @@
  * token for a person's own feed): the credentials of the HTTP API. */
 #include "cli.h"
 #include "http_auth.h"
+#include "json_writer.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -344,16 +345,16 @@ int crier_cmd_token(int argc, char **argv)
         if (a.json) {
             char expires[40];
             struct tm tm;
-            crier_http_buf out = {0};
+            crier_json_buf out = {0};
             gmtime_r(&exp, &tm);
             strftime(expires, sizeof expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
-            crier_http_buf_puts(&out, "{\"token\":");
-            crier_http_buf_json_string(&out, token);
-            crier_http_buf_puts(&out, ",\"user\":");
-            crier_http_buf_json_string(&out, a.user);
-            crier_http_buf_printf(&out, ",\"expires_at\":\"%s\"}", expires);
+            crier_json_buf_puts(&out, "{\"token\":");
+            crier_json_buf_string(&out, token);
+            crier_json_buf_puts(&out, ",\"user\":");
+            crier_json_buf_string(&out, a.user);
+            crier_json_buf_printf(&out, ",\"expires_at\":\"%s\"}", expires);
             printf("%s\n", out.data);
-            crier_http_buf_free(&out);
+            crier_json_buf_free(&out);
         } else {
             printf("%s\n", token);
         }

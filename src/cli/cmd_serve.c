@@ -2,7 +2,7 @@
  * configured database or the embedded default. */
 #include "cli.h"
 #include "engine.h"
-#include "http_api.h"
+#include "http_server.h"
 #include "log.h"
 #include "migrate.h"
 #include "rules_query.h"
@@ -87,7 +87,7 @@ typedef struct {
     crier_engine_config cfg;
     bool migrate;
     int timeout_ms;
-    crier_http_api_options http;
+    crier_http_server_options http;
 } serve_args;
 
 /* "65536", "512k", "1m" → bytes; -1 when malformed or out of range. */
@@ -282,7 +282,7 @@ int crier_cmd_serve(int argc, char **argv)
     serve_args a;
     crier_engine_config *cfg = &a.cfg;
     crier_database db;
-    crier_http_api *api = NULL;
+    crier_http_server *api = NULL;
     char err[16384];
     int rc = 1;
 
@@ -342,20 +342,20 @@ int crier_cmd_serve(int argc, char **argv)
         a.http.rules_dir = cli.rules_dir;
         a.http.settings = cli.settings;
         a.http.n_settings = cli.n_settings;
-        api = crier_http_api_start(&a.http, err, sizeof err);
+        api = crier_http_server_start(&a.http, err, sizeof err);
         if (!api) {
             crier_cli_error("serve", "%s", err);
             crier_database_close(&db);
             goto out;
         }
-        cfg->on_rules_reloaded = crier_http_api_rules_changed;
+        cfg->on_rules_reloaded = crier_http_server_rules_changed;
         cfg->on_rules_reloaded_ud = api;
     }
     if (crier_engine_run(cfg, NULL, err, sizeof err) < 0)
         crier_cli_error("serve", "%s", err);
     else
         rc = 0;
-    crier_http_api_stop(api, 5.0);
+    crier_http_server_stop(api, 5.0);
     crier_database_close(&db);
 out:
     crier_cli_free(&cli);

@@ -1,0 +1,33 @@
+/* http_handlers.h — the HTTP API's endpoints, one function each, in three
+ * files: intake and tokens (http_handlers_events.c), a person's feed
+ * (http_handlers_feed.c), the operator's endpoints (http_handlers_ops.c).
+ * The router (http_router.c) calls them after authenticating the request,
+ * inside its transaction where the route says so.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ * Calls into: http_request, http_query, http_page, http_auth, http_rules,
+ * http_stream, http_stats (and http_feed_sql's statements); json_writer,
+ * log, time_arg (base).
+ */
+#ifndef CRIER_HTTP_HANDLERS_H
+#define CRIER_HTTP_HANDLERS_H
+
+#include "http_request.h"
+
+/* The endpoints. Each sets the response and returns 0, or sets an error
+ * response and returns -1. */
+int crier_http_events_create(crier_http_request *r); /* POST /v1/events */
+int crier_http_events_get(crier_http_request *r);    /* GET /v1/events/{id} */
+int crier_http_tokens_create(crier_http_request *r); /* POST /v1/tokens */
+int crier_http_feed_list(crier_http_request *r);     /* GET /v1/feed */
+int crier_http_feed_counts(crier_http_request *r);   /* GET /v1/feed/counts */
+int crier_http_feed_mark_all(crier_http_request *r); /* POST /v1/feed/read-all, /v1/feed/seen-all */
+int crier_http_feed_item(crier_http_request *r);     /* POST /v1/feed/items/{id}/{action} */
+int crier_http_feed_stream(crier_http_request *r);   /* GET /v1/feed/stream (Server-Sent Events) */
+int crier_http_notifications_get(crier_http_request *r); /* GET /v1/notifications/{id} */
+int crier_http_dead_list(crier_http_request *r);         /* GET /v1/dead */
+int crier_http_dead_replay(crier_http_request *r);       /* POST /v1/dead/replay */
+int crier_http_metrics(crier_http_request *r);           /* GET /metrics */
+int crier_http_healthz(crier_http_request *r);           /* GET /healthz */
+
+#endif

@@ -1,0 +1,76 @@
+/* http_server.h — the HTTP API of crier serve (JSON over HTTP/1.1,
+ * libmicrohttpd): its public face, used by cmd_serve.c.
+ *
+ * It runs beside the engine, not on its libev loop: libmicrohttpd's own
+ * threads (a pool of --http-threads, each polling its connections) accept and
+ * parse requests; a request's handler runs on its pool thread and takes a
+ * blocking PostgreSQL connection from a small mutex-protected pool (one per
+ * thread, http_pool.h), runs the whole request in one transaction (committed
+ * only when the answer is a success: an error changes nothing, http_query.h)
+ * and answers. Connections can be suspended (MHD_ALLOW_SUSPEND_RESUME), so a
+ * long-lived endpoint such as Server-Sent Events (http_stream.h) can park a
+ * connection without holding a thread.
+ *
+ * The API validates intake with its own generation of the rules (http_rules.h),
+ * loaded from the same directories and settings as the engine's and reloaded
+ * lazily after the engine accepts a new version
+ * (crier_http_server_rules_changed).
+ *
+ * Inside src/api/, from the bottom up: the pieces a request may use (pool,
+ * rules generation, counters: http_pool, http_rules, http_stats), the request
+ * toolkit (http_request, http_query), credentials and cursors (http_auth),
+ * pages (http_page), live feeds (http_stream), the endpoints (http_handlers*),
+ * routing and CORS (http_router, http_cors), and this server on top: nothing
+ * below includes this header.
+ *
+ * Layer: api (src/api/), may use pg, rules, base.
+ * Calls into: http_router, http_cors, http_pool, http_query, http_rules,
+ * http_stats, http_stream; clock, log (base).
+ */
+#ifndef CRIER_HTTP_SERVER_H
+#define CRIER_HTTP_SERVER_H
+
+#include "rules.h"
+
+#include <stddef.h>
+
+typedef struct {
+    /* "HOST:PORT", "[V6]:PORT", ":PORT" (every interface) or "PORT"
+     * (loopback); port 0 picks a free one (logged, crier_http_server_port) */
+    const char *listen;
+    int threads;              /* request threads and database connections (default 4) */
+    size_t max_body;          /* largest request body in bytes (default 1 MiB) */
+    int max_connections;      /* open connections, live feeds included (default 1024) */
+    const char *cors_origins; /* comma-separated exact origins, or "*"; NULL: no CORS */
+    double healthz_max_lag;   /* seconds the oldest due event may wait (default 60) */
+    const char *conninfo;     /* libpq connection string */
+    const char *lua_dir;      /* the rules, as given to the engine */
+    const char *rules_dir;
+    const crier_setting *settings; /* kept, not copied: must outlive the server */
+    size_t n_settings;
+    double stream_keepalive; /* seconds between comment lines on live feeds (default 15) */
+} crier_http_server_options;
+
+typedef struct crier_http_server crier_http_server;
+
+/* Loads the rules, checks the database, binds the address and starts the
+ * request threads. Returns the running server (crier_http_server_stop frees
+ * it), or NULL with err set (a bad address, a port in use, rules that do not
+ * load, no database). */
+crier_http_server *crier_http_server_start(const crier_http_server_options *opts, char *err,
+                                           size_t err_len);
+
+/* The port the server listens on (useful with port 0). */
+unsigned crier_http_server_port(const crier_http_server *server);
+
+/* Tells the server that the engine accepted a new rules version: the API
+ * reloads its own copy before the next intake. Safe from any thread; ud is
+ * the crier_http_server (the signature of crier_engine_config.on_rules_reloaded). */
+void crier_http_server_rules_changed(void *ud, const char *version);
+
+/* Stops accepting connections, ends the live feeds, lets requests in flight
+ * finish for up to deadline seconds, then closes everything and frees
+ * server. NULL is a no-op. */
+void crier_http_server_stop(crier_http_server *server, double deadline);
+
+#endif
