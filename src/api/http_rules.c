@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "rules_reload.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,14 +17,12 @@
 #include <string.h>
 
 struct crier_http_rules {
-    pthread_mutex_t lock; /* the generation, the retry time and the counters */
+    pthread_mutex_t lock; /* the generation, the retry time and the reloader */
     crier_rules *rules;
     atomic_bool stale; /* the engine accepted a version not loaded here yet */
     double retry_at;   /* after a failed reload: when to try again */
     char *lua_dir, *rules_dir;
-    const crier_setting *settings;
-    size_t n_settings;
-    unsigned long long reloads_ok, reloads_failed;
+    crier_rules_reloader reloader; /* the same loader as the engine's (rules_reload.h) */
 };
 
 crier_http_rules *crier_http_rules_load(const char *lua_dir, const char *rules_dir,
@@ -39,13 +38,14 @@ crier_http_rules *crier_http_rules_load(const char *lua_dir, const char *rules_d
     atomic_init(&h->stale, false);
     h->lua_dir = lua_dir ? strdup(lua_dir) : NULL;
     h->rules_dir = strdup(rules_dir ? rules_dir : "");
-    h->settings = settings;
-    h->n_settings = n_settings;
     if ((lua_dir && !h->lua_dir) || !h->rules_dir) {
         crier_set_error(err, err_len, "out of memory");
         goto fail;
     }
-    h->rules = crier_rules_load(h->lua_dir, h->rules_dir, h->settings, h->n_settings, err, err_len);
+    /* intake only validates: the API's generation runs no rule and no query */
+    h->reloader = (crier_rules_reloader){
+        .lua_dir = h->lua_dir, .rules_dir = h->rules_dir, .settings = settings, .n_settings = n_settings};
+    h->rules = crier_rules_reloader_load(&h->reloader, err, err_len);
     if (!h->rules)
         goto fail;
     return h;
@@ -59,19 +59,17 @@ fail:
  * the lock). A failure keeps the running one and returns -1. */
 static int rules_reload(crier_http_rules *h)
 {
-    char err[4096];
-    crier_rules *fresh =
-        crier_rules_load(h->lua_dir, h->rules_dir, h->settings, h->n_settings, err, sizeof err);
-    if (!fresh) {
-        h->reloads_failed++;
-        crier_error("http",
-                    "reloading the API's rules failed, version %.12s keeps validating intake:\n%s",
-                    crier_rules_version(h->rules), err);
+    crier_rules *fresh;
+    switch (crier_rules_reloader_reload(&h->reloader, "the HTTP API's intake", "the engine accepted a new version",
+                                        &fresh)) {
+    case CRIER_RELOAD_FAILED:
         return -1;
+    case CRIER_RELOAD_UNCHANGED:
+        return 0;
+    case CRIER_RELOAD_NEW:
+        break;
     }
-    h->reloads_ok++;
-    crier_info("http", "the API validates intake with rules version %.12s",
-               crier_rules_version(fresh));
+    crier_info("http", "the API validates intake with rules version %.12s", crier_rules_version(fresh));
     crier_rules_free(h->rules);
     h->rules = fresh;
     return 0;
@@ -112,9 +110,9 @@ void crier_http_rules_write_metrics(crier_http_rules *h, crier_json_buf *b)
     crier_json_buf_puts(b, "# HELP crier_http_rules_reloads_total Reloads of the rules the API "
                            "validates intake with.\n"
                            "# TYPE crier_http_rules_reloads_total counter\n");
-    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"ok\"} %llu\n", h->reloads_ok);
-    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"failed\"} %llu\n",
-                          h->reloads_failed);
+    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"ok\"} %d\n", h->reloader.reloads_ok);
+    crier_json_buf_printf(b, "crier_http_rules_reloads_total{result=\"failed\"} %d\n",
+                          h->reloader.reloads_failed);
     crier_json_buf_puts(
         b, "# HELP crier_http_rules_info The rules version the API validates intake with.\n"
            "# TYPE crier_http_rules_info gauge\ncrier_http_rules_info{version=");

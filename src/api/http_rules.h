@@ -7,7 +7,7 @@
  * every 5 seconds.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: rules (rules), clock, json_writer, log (base).
+ * Calls into: rules, rules_reload (rules), clock, json_writer, log (base).
  */
 #ifndef CRIER_HTTP_RULES_H
 #define CRIER_HTTP_RULES_H

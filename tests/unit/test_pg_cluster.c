@@ -107,6 +107,27 @@ static int can_connect(const char *conninfo)
 }
 
 /* First line of datadir/postmaster.pid, or -1. */
+/* Waits (up to 5 s) until pid has died of a signal sent to it: a zombie or
+ * gone. kill() only queues the signal; on a loaded machine the process may run
+ * on for a moment, and a start in that moment rightly finds it running. */
+static void wait_until_dead(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 500; i++) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+            return;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *paren = strrchr(buf, ')');
+        if (paren && (paren[2] == 'Z' || paren[2] == 'X'))
+            return;
+        usleep(10000);
+    }
+}
+
 static pid_t postmaster_pid(const char *datadir)
 {
     char path[4096];
@@ -192,6 +213,7 @@ static void test_lifecycle(void)
     pid = postmaster_pid(datadir);
     CHECK(pid > 1, "postmaster.pid");
     CHECK(kill(pid, SIGKILL) == 0, "kill -9 %d: %s", (int)pid, strerror(errno));
+    wait_until_dead(pid);
     t0 = now_s();
     CHECK(crier_pg_cluster_start(datadir, &opts, again, sizeof again, err, sizeof err) == 0,
           "start after kill -9: %s", err);
@@ -204,6 +226,7 @@ static void test_lifecycle(void)
     pid = postmaster_pid(datadir);
     CHECK(pid > 1, "postmaster.pid");
     CHECK(kill(pid, SIGKILL) == 0, "kill -9 %d: %s", (int)pid, strerror(errno));
+    wait_until_dead(pid);
     t0 = now_s();
     CHECK(crier_pg_cluster_stop(datadir, err, sizeof err) == 0, "stop after kill -9: %s", err);
     CHECK(now_s() - t0 < 10, "stop after kill -9 took %.1fs", now_s() - t0);
