@@ -4,6 +4,7 @@
  * Layer: api (src/api/), may use pg, rules, base.
  */
 #include "http_auth.h"
+#include "alloc.h"
 
 #include "base64.h"
 #include "http_query.h"
@@ -98,9 +99,7 @@ char *crier_auth_token_sign(const unsigned char *secret, size_t secret_len, cons
     auth_json_string(&payload, user);
     crier_json_buf_printf(&payload, ",\"exp\":%lld}", exp);
 
-    b64 = malloc(CRIER_BASE64URL_LEN(payload.len) + 1);
-    if (!b64)
-        abort();
+    b64 = crier_xmalloc(CRIER_BASE64URL_LEN(payload.len) + 1);
     crier_base64url_encode((const unsigned char *)payload.data, payload.len, b64);
     crier_json_buf_puts(&token, CRIER_USER_TOKEN_PREFIX);
     crier_json_buf_puts(&token, b64);

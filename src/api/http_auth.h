@@ -16,7 +16,7 @@
  * pass as a cursor's.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: http_query, http_request; base64, json_writer, log (base).
+ * Calls into: http_query, http_request; alloc, base64, json_writer, log (base).
  */
 #ifndef CRIER_HTTP_AUTH_H
 #define CRIER_HTTP_AUTH_H

@@ -4,6 +4,7 @@
  * Layer: api (src/api/), may use pg, rules, base.
  */
 #include "http_router.h"
+#include "alloc.h"
 
 #include "http_auth.h"
 #include "http_cors.h"
@@ -67,9 +68,7 @@ static int route_split_path(crier_http_request *r)
     char *p;
     if (r->path[0] != '/')
         return -1;
-    r->segment_storage = strdup(r->path + 1);
-    if (!r->segment_storage)
-        abort();
+    r->segment_storage = crier_xstrdup(r->path + 1);
     p = r->segment_storage;
     while (p) {
         char *slash = strchr(p, '/');

@@ -7,7 +7,7 @@
  *
  * Layer: api (src/api/), may use pg, rules, base.
  * Calls into: http_handlers, http_auth, http_query, http_cors, http_stream,
- * http_request.
+ * http_request; alloc (base).
  */
 #ifndef CRIER_HTTP_ROUTER_H
 #define CRIER_HTTP_ROUTER_H

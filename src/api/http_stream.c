@@ -6,6 +6,7 @@
  * Layer: api (src/api/), may use pg, rules, base.
  */
 #include "http_stream.h"
+#include "alloc.h"
 
 #include "clock.h"
 #include "http_feed_sql.h"
@@ -243,9 +244,7 @@ static void stream_list_add(stream_list *l, crier_http_stream *st)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
-        crier_http_stream **v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            abort(); /* out of memory */
+        crier_http_stream **v = crier_xrealloc(l->v, cap * sizeof *v);
         l->v = v;
         l->cap = cap;
     }

@@ -20,7 +20,7 @@
  *
  * Layer: api (src/api/), may use pg, rules, base.
  * Calls into: http_pool, http_request (and http_feed_sql's item JSON);
- * pg_array (pg); clock, json_writer, log (base).
+ * pg_array (pg); alloc, clock, json_writer, log (base).
  */
 #ifndef CRIER_HTTP_STREAM_H
 #define CRIER_HTTP_STREAM_H

@@ -3,6 +3,7 @@
  * Layer: base (src/base/), may use nothing else of crier.
  */
 #include "json_writer.h"
+#include "alloc.h"
 
 #include "strbuf.h"
 
@@ -39,9 +40,7 @@ void crier_json_buf_printf(crier_json_buf *b, const char *fmt, ...)
         crier_json_buf_add(b, small, (size_t)n);
         return;
     }
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        abort();
+    char *big = crier_xmalloc((size_t)n + 1);
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);

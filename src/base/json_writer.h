@@ -5,7 +5,7 @@
  * growable buffer too.
  *
  * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
- * Calls into: strbuf (its growth).
+ * Calls into: strbuf (its growth), alloc.
  */
 #ifndef CRIER_JSON_WRITER_H
 #define CRIER_JSON_WRITER_H

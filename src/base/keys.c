@@ -1,5 +1,6 @@
 /* keys.c — deterministic notification keys and advisory-lock hashes (see keys.h). */
 #include "keys.h"
+#include "alloc.h"
 
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@ static EVP_MD_CTX *key_digest_begin(void)
     if (!ctx) {
         ctx = EVP_MD_CTX_new();
         if (!ctx)
-            abort();
+            crier_out_of_memory("the SHA-256 context of notification keys");
     }
     if (EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
         abort();

@@ -19,7 +19,7 @@
  * shared vectors of tests/vectors/notification_keys.tsv.
  *
  * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
- * Calls into: nothing of crier's.
+ * Calls into: alloc.
  */
 #ifndef CRIER_KEYS_H
 #define CRIER_KEYS_H

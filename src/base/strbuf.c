@@ -1,5 +1,6 @@
 /* strbuf.c — growable, reusable string storage addressed by offset (see strbuf.h). */
 #include "strbuf.h"
+#include "alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,7 @@ void crier_strbuf_grow(char **data, size_t *cap, size_t need, size_t first_cap)
     size_t want = *cap ? *cap : first_cap;
     while (want < need)
         want *= 2;
-    char *p = realloc(*data, want);
-    if (!p)
-        abort();
+    char *p = crier_xrealloc(*data, want);
     *data = p;
     *cap = want;
 }

@@ -2,7 +2,7 @@
  * and referred to by offset (the buffer may move when it grows).
  *
  * Layer: base (src/base/), may use nothing else of crier (libc, OpenSSL only).
- * Calls into: nothing of crier's.
+ * Calls into: alloc.
  */
 #ifndef CRIER_STRBUF_H
 #define CRIER_STRBUF_H

@@ -21,6 +21,7 @@
  *      returned. */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "alloc.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "clock.h"
@@ -272,9 +273,7 @@ static long bench_read_log(const char *path, bench_line **lines)
         crier_cli_error("bench", "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
-    v = malloc(cap * sizeof *v);
-    if (!v)
-        abort();
+    v = crier_xmalloc(cap * sizeof *v);
     while (fgets(buf, sizeof buf, f)) {
         bench_line l;
         long requests;
@@ -283,9 +282,7 @@ static long bench_read_log(const char *path, bench_line **lines)
             continue;
         if (n == cap) {
             cap *= 2;
-            v = realloc(v, cap * sizeof *v);
-            if (!v)
-                abort();
+            v = crier_xrealloc(v, cap * sizeof *v);
         }
         v[n++] = l;
     }
@@ -306,10 +303,7 @@ static int cmp_long(const void *a, const void *b)
 static double bench_receiver_rate(const bench_line *l, long n, long *connections)
 {
     double lo = INFINITY, hi = -INFINITY;
-    long *conn = malloc((size_t)(n > 0 ? n : 1) * sizeof *conn);
-
-    if (!conn)
-        abort();
+    long *conn = crier_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *conn);
     for (long i = 0; i < n; i++) {
         lo = l[i].t < lo ? l[i].t : lo;
         hi = l[i].t > hi ? l[i].t : hi;
@@ -615,14 +609,12 @@ static int bench_emitter_read(bench_emitter *e, double *commit)
  * at which event i's commit was confirmed. Returns 0 or -1 (message printed). */
 static int bench_emit_paced(const char *conninfo, int n_conns, long n, int rate, double *commit)
 {
-    bench_emitter *em = calloc((size_t)n_conns, sizeof *em);
-    struct pollfd *fds = calloc((size_t)n_conns, sizeof *fds);
+    bench_emitter *em = crier_xcalloc((size_t)n_conns, sizeof *em);
+    struct pollfd *fds = crier_xcalloc((size_t)n_conns, sizeof *fds);
     long next = 0, done = 0;
     double start;
     int rc = -1;
 
-    if (!em || !fds)
-        abort();
     for (int c = 0; c < n_conns; c++) {
         em[c].event = -1;
         em[c].conn = PQconnectdb(conninfo);
@@ -697,15 +689,13 @@ out:
 static int bench_phase_latency(bench_ctx *b, bench_run *run)
 {
     long n = (long)b->o.rate * b->o.seconds, n_lines = 0, found = 0, duplicates = 0;
-    double *commit = calloc((size_t)n, sizeof *commit), *lat = malloc((size_t)n * sizeof *lat);
-    bench_id *ids = calloc((size_t)n, sizeof *ids);
+    double *commit = crier_xcalloc((size_t)n, sizeof *commit), *lat = crier_xmalloc((size_t)n * sizeof *lat);
+    bench_id *ids = crier_xcalloc((size_t)n, sizeof *ids);
     bench_line *lines = NULL;
     char serve_log[400], access[400], entity[32];
     bool nginx_up = false;
     int rc = -1, st;
 
-    if (!commit || !lat || !ids)
-        abort();
     if (bench_reset_all(b->conn) < 0 || crier_bench_exec(b->conn, "CHECKPOINT") < 0)
         goto out;
     if (bench_prepare_emit(b->conn) < 0)
@@ -861,9 +851,7 @@ typedef struct {
 static bench_figure bench_figure_of(const bench_run *runs, int n, size_t offset)
 {
     bench_figure f;
-    double *v = malloc((size_t)n * sizeof *v);
-    if (!v)
-        abort();
+    double *v = crier_xmalloc((size_t)n * sizeof *v);
     for (int i = 0; i < n; i++)
         v[i] = *(const double *)((const char *)&runs[i] + offset);
     crier_bench_stats(v, n, &f.med, &f.lo, &f.hi);
@@ -1035,9 +1023,7 @@ int crier_bench_deliver(int argc, char **argv)
     }
     if (bench_write_rules(&b) < 0 || bench_nginx_config(&b) < 0)
         goto out;
-    runs = calloc((size_t)b.o.repeat, sizeof *runs);
-    if (!runs)
-        abort();
+    runs = crier_xcalloc((size_t)b.o.repeat, sizeof *runs);
     if (!b.o.json) {
         fprintf(stderr,
                 "bench deliver: %ld deliveries (%ld events x %d recipients) to nginx on "

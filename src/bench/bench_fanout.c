@@ -4,6 +4,7 @@
  * table on the same cluster. Runs both several times, alternating, and reports
  * medians, the ratio, and the spread as a noise figure. */
 #include "bench.h"
+#include "alloc.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "clock.h"
@@ -143,10 +144,8 @@ static double bench_crier_pass(PGconn *conn, const bench_opts *o, const char *ta
 static char *bench_copy_text(const bench_opts *o, long long first_event, size_t *len)
 {
     size_t cap = (size_t)o->events * (size_t)o->recipients * 200 + 1, n = 0;
-    char *buf = malloc(cap);
+    char *buf = crier_xmalloc(cap);
     bench_row row;
-    if (!buf)
-        abort();
     for (int e = 0; e < o->events; e++) {
         for (int r = 0; r < o->recipients; r++) {
             bench_row_make(e, r, &row);
@@ -270,12 +269,10 @@ int crier_bench_fanout(int argc, char **argv)
 
     long rows = (long)o.events * o.recipients;
     copy_text = bench_copy_text(&o, 1, &copy_len);
-    crier = calloc((size_t)o.repeat, sizeof *crier);
-    copy = calloc((size_t)o.repeat, sizeof *copy);
-    textkey = calloc((size_t)o.repeat, sizeof *textkey);
-    retry = calloc((size_t)o.repeat, sizeof *retry);
-    if (!crier || !copy || !textkey || !retry)
-        abort();
+    crier = crier_xcalloc((size_t)o.repeat, sizeof *crier);
+    copy = crier_xcalloc((size_t)o.repeat, sizeof *copy);
+    textkey = crier_xcalloc((size_t)o.repeat, sizeof *textkey);
+    retry = crier_xcalloc((size_t)o.repeat, sizeof *retry);
     if (!o.json)
         fprintf(stderr, "bench fanout: %d events x %d recipients = %ld rows, batches of %d events, %d runs\n",
                 o.events, o.recipients, rows, o.batch, o.repeat);

@@ -30,6 +30,7 @@
  * list of people, in alternating order from run to run, after a warm-up. */
 #define _GNU_SOURCE
 #include "base64.h"
+#include "alloc.h"
 #include "bench.h"
 #include "bench_util.h"
 #include "cli.h"
@@ -752,9 +753,7 @@ static int feed_find_deep(feed_ctx *b)
     feed_http h;
     int rc = -1;
 
-    b->deep = calloc((size_t)b->o.deep_people, sizeof *b->deep);
-    if (!b->deep)
-        abort();
+    b->deep = crier_xcalloc((size_t)b->o.deep_people, sizeof *b->deep);
     if (feed_http_open(&h, b->auth_header) < 0)
         goto out;
     for (int i = 0; i < b->o.deep_people; i++) {
@@ -956,13 +955,11 @@ static int feed_side(const feed_ctx *b, int op, bool http, const int *who, long 
                      double *p50, double *p99)
 {
     int clients = b->o.clients, rc = 0;
-    feed_worker *w = calloc((size_t)clients, sizeof *w);
-    pthread_t *threads = calloc((size_t)clients, sizeof *threads);
-    double *lat = malloc((size_t)n * sizeof *lat);
+    feed_worker *w = crier_xcalloc((size_t)clients, sizeof *w);
+    pthread_t *threads = crier_xcalloc((size_t)clients, sizeof *threads);
+    double *lat = crier_xmalloc((size_t)n * sizeof *lat);
     pthread_barrier_t start;
 
-    if (!w || !threads || !lat)
-        abort();
     pthread_barrier_init(&start, NULL, (unsigned)clients);
     for (int c = 0; c < clients; c++) {
         w[c] = (feed_worker){b, op, http, c, who, n, warm, lat, &start, ""};
@@ -1015,10 +1012,7 @@ static void feed_pick(const feed_ctx *b, int op, int run, int *who, long count)
 static int feed_one_run(feed_ctx *b, int run, feed_run *r)
 {
     long n = b->o.requests, warm = n / 10 > 100 ? 100 : n / 10 + 1;
-    int *who = malloc((size_t)(warm + n) * sizeof *who);
-
-    if (!who)
-        abort();
+    int *who = crier_xmalloc((size_t)(warm + n) * sizeof *who);
     for (int op = 0; op < OP_COUNT; op++) {
         feed_pick(b, op, run, who, warm + n);
         for (int side = 0; side < 2; side++) {
@@ -1229,9 +1223,7 @@ static feed_figure feed_figure_of(const double *v, int n)
 /* The figure of field (an array of OP_COUNT in feed_run at offset) for op. */
 static feed_figure feed_op_figure(const feed_run *runs, int n, size_t offset, int op)
 {
-    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
-    if (!v)
-        abort();
+    double *v = crier_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     for (int i = 0; i < n; i++)
         v[i] = ((const double *)((const char *)&runs[i] + offset))[op];
     feed_figure f = feed_figure_of(v, n);
@@ -1253,11 +1245,9 @@ static void feed_report(const feed_ctx *b, const feed_run *runs, double load_sta
 {
     const feed_opts *o = &b->o;
     feed_figure hp50[OP_COUNT], hp99[OP_COUNT], sp50[OP_COUNT], sp99[OP_COUNT];
-    double *loads = malloc((size_t)o->repeat * sizeof *loads);
+    double *loads = crier_xmalloc((size_t)o->repeat * sizeof *loads);
     char name[64];
 
-    if (!loads)
-        abort();
     for (int i = 0; i < o->repeat; i++)
         loads[i] = runs[i].load;
     feed_figure load = feed_figure_of(loads, o->repeat);
@@ -1435,9 +1425,7 @@ int crier_bench_feed(int argc, char **argv)
     if (feed_api_key(&b) < 0 || feed_write_rules(&b) < 0 || feed_serve_start(&b) < 0 ||
         feed_find_deep(&b) < 0)
         goto out;
-    runs = calloc((size_t)b.o.repeat, sizeof *runs);
-    if (!runs)
-        abort();
+    runs = crier_xcalloc((size_t)b.o.repeat, sizeof *runs);
     if (!b.o.json)
         fprintf(stderr,
                 "bench feed: crier serve --http %s; %d requests per operation and side, %d "

@@ -1,6 +1,7 @@
 /* bench_util.c — what the benchmarks share (see bench_util.h). */
 #define _GNU_SOURCE
 #include "bench_util.h"
+#include "alloc.h"
 #include "clock.h"
 
 #include "cli.h"
@@ -148,10 +149,8 @@ int crier_bench_cmp_double(const void *a, const void *b)
 
 void crier_bench_stats(const double *v, int n, double *med, double *lo, double *hi)
 {
-    double *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    double *s = crier_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *s);
     int k = 0;
-    if (!s)
-        abort();
     for (int i = 0; i < n; i++)
         if (!isnan(v[i]))
             s[k++] = v[i];

@@ -229,7 +229,7 @@ crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const 
     crier_curl_ev *c = calloc(1, sizeof *c);
 
     if (!c)
-        goto err;
+        goto fail;
     c->loop = loop;
     c->module = module;
     c->done = done;
@@ -239,15 +239,15 @@ crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const 
     c->timer.data = c;
     c->multi = curl_multi_init();
     if (!c->multi)
-        goto err;
+        goto fail;
     if (curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, curl_ev_socket_cb) != CURLM_OK ||
         curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c) != CURLM_OK ||
         curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, curl_ev_curl_timer_cb) != CURLM_OK ||
         curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c) != CURLM_OK ||
         curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, max_connects) != CURLM_OK)
-        goto err;
+        goto fail;
     return c;
-err:
+fail:
     crier_warn(module, "could not create the libcurl multi handle");
     if (c && c->multi)
         curl_multi_cleanup(c->multi);

@@ -441,11 +441,11 @@ int crier_email_format(const crier_email_message *m, const crier_email_options *
     }
     subject = email_clean_text(m->subject);
     if (!subject)
-        goto oom;
+        goto out;
 
     if (email_put_mailbox(&b, "From", m->from_name, m->from_address) != 0 ||
         email_put_mailbox(&b, "To", m->to_name, m->to_address) != 0)
-        goto oom;
+        goto out;
     email_buf_puts(&b, "Subject: ");
     if (email_is_plain_ascii(subject) && strlen(subject) <= EMAIL_MAX_RAW_SUBJECT)
         email_buf_puts(&b, subject);
@@ -474,15 +474,14 @@ int crier_email_format(const crier_email_message *m, const crier_email_options *
         email_put_part(&b, m->text ? "text/plain" : "text/html", m->text ? m->text : m->html, 0);
     }
     if (b.oom)
-        goto oom;
+        goto out;
     *out = b.data;
     *out_len = b.len;
     b.data = NULL;
     rc = 0;
-    goto cleanup;
-oom:
-    crier_set_error(err, err_len, "out of memory");
-cleanup:
+out:
+    if (rc < 0) /* only allocations fail after the checks above */
+        crier_set_error(err, err_len, "out of memory");
     free(subject);
     free(b.data);
     return rc;
@@ -616,7 +615,7 @@ static int email_transfer_setup(crier_email_sender *s, email_transfer *t,
     do {                                                                                           \
         rc = curl_easy_setopt(e, opt, val);                                                        \
         if (rc != CURLE_OK)                                                                        \
-            goto err;                                                                              \
+            goto fail;                                                                              \
     } while (0)
 
     /* Addresses were validated by crier_email_format (≤ 254 bytes). */
@@ -650,7 +649,7 @@ static int email_transfer_setup(crier_email_sender *s, email_transfer *t,
     EMAIL_SETOPT(CURLOPT_ERRORBUFFER, t->errbuf);
     EMAIL_SETOPT(CURLOPT_TCP_NODELAY, 1L);
     return 0;
-err:
+fail:
     crier_warn("email", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,
                curl_easy_strerror(rc));
     return -1;
@@ -672,7 +671,7 @@ crier_email_sender *crier_email_sender_new(struct ev_loop *loop, const crier_ema
     }
     s = calloc(1, sizeof *s);
     if (!s)
-        goto err;
+        goto fail;
     s->done = done;
     s->ud = ud;
     if (opts)
@@ -688,20 +687,20 @@ crier_email_sender *crier_email_sender_new(struct ev_loop *loop, const crier_ema
         strdup(s->opts.message_id_domain && *s->opts.message_id_domain ? s->opts.message_id_domain
                                                                        : EMAIL_DEFAULT_DOMAIN);
     if (!s->domain)
-        goto err;
+        goto fail;
     if (!email_is_token(s->domain, EMAIL_MAX_DOMAIN_LEN, ".-")) {
         crier_warn("email", "message_id_domain must be 1..%d bytes of [A-Za-z0-9.-]",
                    EMAIL_MAX_DOMAIN_LEN);
-        goto err;
+        goto fail;
     }
     s->opts.message_id_domain = s->domain;
 
     s->curl = crier_curl_ev_new(loop, (long)s->opts.max_inflight, "email", email_curl_done,
                                 email_sender_destroy, s);
     if (!s->curl)
-        goto err;
+        goto fail;
     return s;
-err:
+fail:
     crier_warn("email", "could not create the email sender");
     if (s)
         free(s->domain);
@@ -733,19 +732,19 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
     t->delivery_id = req->delivery_id;
     if (crier_email_format(&req->message, &s->opts, &t->msg, &t->msg_len, err, sizeof err) != 0) {
         crier_warn("email", "refused delivery %" PRId64 ": %s", req->delivery_id, err);
-        goto err;
+        goto fail;
     }
     t->easy = curl_easy_init();
     if (!t->easy) {
         crier_warn("email", "delivery %" PRId64 ": curl_easy_init failed", req->delivery_id);
-        goto err;
+        goto fail;
     }
     if (email_transfer_setup(s, t, req) != 0)
-        goto err;
+        goto fail;
     t->start_ms = crier_clock_ms();
     if (crier_curl_ev_add(s->curl, t->easy) != 0) {
         crier_warn("email", "delivery %" PRId64 ": libcurl refused the transfer", req->delivery_id);
-        goto err;
+        goto fail;
     }
     t->next = s->active;
     if (s->active)
@@ -753,7 +752,7 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
     s->active = t;
     s->inflight++;
     return 0;
-err:
+fail:
     email_transfer_free(t);
     return -1;
 }

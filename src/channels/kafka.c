@@ -495,7 +495,7 @@ crier_kafka_sender *crier_kafka_sender_new(struct ev_loop *loop, const crier_kaf
     }
     s = calloc(1, sizeof *s);
     if (!s)
-        goto err;
+        goto fail;
     s->loop = loop;
     s->done = done;
     s->ud = ud;
@@ -513,23 +513,23 @@ crier_kafka_sender *crier_kafka_sender_new(struct ev_loop *loop, const crier_kaf
 
     conf = rd_kafka_conf_new();
     if (!conf)
-        goto err;
+        goto fail;
     if (kafka_conf_set(conf, "bootstrap.servers", opts->bootstrap_servers) ||
         kafka_conf_set(conf, "client.id", "crier"))
-        goto err;
+        goto fail;
     if (s->max_inflight > KAFKA_LIBRDKAFKA_QUEUE_MAX) {
         snprintf(num, sizeof num, "%d", s->max_inflight);
         if (kafka_conf_set(conf, "queue.buffering.max.messages", num))
-            goto err;
+            goto fail;
     }
     for (i = 0; i < opts->config_count; i++)
         if (kafka_conf_apply_extra(conf, opts->config[i]))
-            goto err;
+            goto fail;
     snprintf(num, sizeof num, "%d", s->message_timeout_ms);
     if (kafka_conf_set(conf, "enable.idempotence", "true") || kafka_conf_set(conf, "acks", "all") ||
         kafka_conf_set(conf, "message.timeout.ms", num) ||
         kafka_conf_set(conf, "log.queue", "true"))
-        goto err;
+        goto fail;
     rd_kafka_conf_set_opaque(conf, s);
     rd_kafka_conf_set_dr_msg_cb(conf, kafka_dr_msg_cb);
     rd_kafka_conf_set_error_cb(conf, kafka_error_cb);
@@ -538,20 +538,20 @@ crier_kafka_sender *crier_kafka_sender_new(struct ev_loop *loop, const crier_kaf
     s->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     if (!s->rk) {
         crier_warn("kafka", "rd_kafka_new: %s", errstr);
-        goto err;
+        goto fail;
     }
     conf = NULL; /* owned by rk now */
     /* Log lines go to the main queue, served on the loop like the rest. */
     if (rd_kafka_set_log_queue(s->rk, NULL) != RD_KAFKA_RESP_ERR_NO_ERROR)
-        goto err;
+        goto fail;
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->efd < 0) {
         crier_warn("kafka", "eventfd: %s", strerror(errno));
-        goto err;
+        goto fail;
     }
     s->mainq = rd_kafka_queue_get_main(s->rk);
     if (!s->mainq)
-        goto err;
+        goto fail;
     rd_kafka_queue_io_event_enable(s->mainq, s->efd, &one, sizeof one);
     ev_io_init(&s->io, kafka_io_cb, s->efd, EV_READ);
     s->io.data = s;
@@ -562,7 +562,7 @@ crier_kafka_sender *crier_kafka_sender_new(struct ev_loop *loop, const crier_kaf
     crier_info("kafka", "producer for %s (idempotent, acks=all, message.timeout.ms=%d)",
                opts->bootstrap_servers, s->message_timeout_ms);
     return s;
-err:
+fail:
     crier_warn("kafka", "could not create the kafka producer");
     if (conf)
         rd_kafka_conf_destroy(conf);

@@ -369,12 +369,12 @@ static webhook_transfer *webhook_transfer_get(crier_webhook_sender *s)
     } else {
         t = calloc(1, sizeof *t);
         if (!t)
-            goto err;
+            goto fail;
         t->sender = s;
         t->easy = curl_easy_init();
         t->excerpt = malloc(s->opts.max_response_bytes + 1);
         if (!t->easy || !t->excerpt)
-            goto err;
+            goto fail;
     }
     t->prev = t->next = NULL;
     t->excerpt_len = 0;
@@ -387,7 +387,7 @@ static webhook_transfer *webhook_transfer_get(crier_webhook_sender *s)
     t->refused_msg[0] = '\0';
     t->errbuf[0] = '\0';
     return t;
-err:
+fail:
     webhook_transfer_free(t);
     return NULL;
 }
@@ -451,7 +451,7 @@ static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
     do {                                                                                           \
         rc = curl_easy_setopt(e, opt, val);                                                        \
         if (rc != CURLE_OK)                                                                        \
-            goto err;                                                                              \
+            goto fail;                                                                              \
     } while (0)
 
     snprintf(ts, sizeof ts, "%" PRId64, timestamp);
@@ -499,7 +499,7 @@ static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
     WEBHOOK_SETOPT(CURLOPT_ERRORBUFFER, t->errbuf);
     WEBHOOK_SETOPT(CURLOPT_TCP_NODELAY, 1L);
     return 0;
-err:
+fail:
     crier_warn("webhook", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,
                curl_easy_strerror(rc));
     return -1;
@@ -584,7 +584,7 @@ crier_webhook_sender *crier_webhook_sender_new(struct ev_loop *loop,
     }
     s = calloc(1, sizeof *s);
     if (!s)
-        goto err;
+        goto fail;
     s->done = done;
     s->ud = ud;
     if (opts)
@@ -604,9 +604,9 @@ crier_webhook_sender *crier_webhook_sender_new(struct ev_loop *loop,
     s->curl = crier_curl_ev_new(loop, (long)s->opts.max_inflight, "webhook", webhook_curl_done,
                                 webhook_sender_destroy, s);
     if (!s->curl)
-        goto err;
+        goto fail;
     return s;
-err:
+fail:
     crier_warn("webhook", "could not create the webhook sender");
     free(s);
     return NULL;
@@ -649,13 +649,13 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     t->token = req->token;
     t->delivery_id = req->delivery_id;
     if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
-        goto err;
+        goto fail;
     t->start_ms = crier_clock_ms();
     t->guard.check = webhook_guard_cb;
     t->guard.ud = t;
     if (crier_curl_ev_add_guarded(s->curl, t->easy, &t->guard) != 0) {
         crier_warn("webhook", "delivery %" PRId64 ": libcurl refused the transfer", req->delivery_id);
-        goto err;
+        goto fail;
     }
     t->next = s->active;
     if (s->active)
@@ -663,7 +663,7 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     s->active = t;
     s->inflight++;
     return 0;
-err:
+fail:
     webhook_transfer_put(s, t);
     return -1;
 }

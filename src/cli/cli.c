@@ -1,5 +1,6 @@
 /* cli.c — common flags, environment fallbacks and helpers of the subcommands (see cli.h). */
 #include "cli.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -29,9 +30,7 @@ int crier_cli_set(crier_cli *cli, const char *name_value)
     size_t name_len = (size_t)(eq - name_value);
     for (size_t i = 0; i < cli->n_settings; i++) {
         if (strlen(cli->settings[i].name) == name_len && !strncmp(cli->settings[i].name, name_value, name_len)) {
-            char *copy = strdup(name_value);
-            if (!copy)
-                abort();
+            char *copy = crier_xstrdup(name_value);
             copy[name_len] = '\0';
             free(cli->setting_storage[i]);
             cli->setting_storage[i] = copy;
@@ -44,9 +43,7 @@ int crier_cli_set(crier_cli *cli, const char *name_value)
         fprintf(stderr, "crier: too many settings (at most %d)\n", CRIER_MAX_SETTINGS);
         return -1;
     }
-    char *copy = strdup(name_value);
-    if (!copy)
-        abort();
+    char *copy = crier_xstrdup(name_value);
     copy[name_len] = '\0';
     cli->setting_storage[cli->n_settings] = copy;
     cli->settings[cli->n_settings].name = copy;

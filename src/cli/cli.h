@@ -3,7 +3,7 @@
  * entry points (each returns the process exit status).
  *
  * Layer: cli (src/cli/), may use engine, api and every layer below them.
- * Calls into: database (pg), rules (rules).
+ * Calls into: database (pg), rules, rules_query (rules), alloc (base).
  */
 #ifndef CRIER_CLI_H
 #define CRIER_CLI_H

@@ -26,6 +26,7 @@
  * (tostring, tonumber, type, error, assert, pairs, ipairs, select): a
  * configuration, not a program; secrets can come from the environment. */
 #include "cli.h"
+#include "alloc.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -43,15 +44,11 @@ static void argv_push(config_argv *a, const char *s)
 {
     if (a->n + 2 > a->cap) {
         int cap = a->cap ? a->cap * 2 : 16;
-        char **v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v)
-            abort(); /* out of memory */
+        char **v = crier_xrealloc(a->v, (size_t)cap * sizeof *v);
         a->v = v;
         a->cap = cap;
     }
-    a->v[a->n] = strdup(s);
-    if (!a->v[a->n])
-        abort();
+    a->v[a->n] = crier_xstrdup(s);
     a->n++;
     a->v[a->n] = NULL;
 }
@@ -150,9 +147,7 @@ static int config_add(lua_State *L, const char *cmd, const char *path, const cha
             lua_pop(L, 2);
             return -1;
         }
-        char *pair = malloc(strlen(lua_tostring(L, -2)) + strlen(s) + 2);
-        if (!pair)
-            abort();
+        char *pair = crier_xmalloc(strlen(lua_tostring(L, -2)) + strlen(s) + 2);
         sprintf(pair, "%s=%s", lua_tostring(L, -2), s);
         argv_push(out, flag);
         argv_push(out, pair);
@@ -232,7 +227,7 @@ int crier_cli_config_read(const char *cmd, const char *path, const struct option
     argv_push(&out, cmd);
     if (luaL_loadfile(L, path) != 0) {
         crier_cli_error(cmd, "cannot read the config file %s", lua_tostring(L, -1));
-        goto done;
+        goto out;
     }
     /* an environment with what a configuration needs, nothing more */
     lua_newtable(L);
@@ -257,7 +252,7 @@ int crier_cli_config_read(const char *cmd, const char *path, const struct option
     lua_setfenv(L, -2);
     if (lua_pcall(L, 0, 1, 0) != 0) {
         crier_cli_error(cmd, "the config file failed: %s", lua_tostring(L, -1));
-        goto done;
+        goto out;
     }
     if (lua_isnil(L, -1)) { /* no table returned: the globals it set */
         lua_pop(L, 1);
@@ -272,21 +267,21 @@ int crier_cli_config_read(const char *cmd, const char *path, const struct option
     } else if (!lua_istable(L, -1)) {
         crier_cli_error(cmd, "%s: the config file must return a table of settings (got %s)", path,
                         luaL_typename(L, -1));
-        goto done;
+        goto out;
     }
     /* the top level, then the command's own table */
     if (config_table(L, cmd, path, NULL, options, &out) < 0)
-        goto done;
+        goto out;
     config_section_name(cmd, section, sizeof section);
     lua_getfield(L, -1, section);
     if (lua_istable(L, -1) && config_table(L, cmd, path, section, options, &out) < 0)
-        goto done;
+        goto out;
     if (!lua_isnil(L, -1) && !lua_istable(L, -1)) {
         crier_cli_error(cmd, "%s: %s must be a table of crier %s's options", path, section, cmd);
-        goto done;
+        goto out;
     }
     rc = 0;
-done:
+out:
     lua_close(L);
     if (rc < 0) {
         crier_cli_config_free(out.v);

@@ -175,6 +175,75 @@ static const char status_help[] =
     "as file:line: message), and the latest dead letters (crier dead list shows all).\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
+/* Prints the outbox's state from the database at conninfo. Returns the exit
+ * status: 0, or 1 after printing what failed. */
+static int status_print(const char *conninfo)
+{
+    int rc = 1;
+    PGconn *conn = PQconnectdb(conninfo);
+    PGresult *res = NULL;
+    if (PQstatus(conn) != CONNECTION_OK) {
+        crier_cli_error("status", "cannot connect: %s", PQerrorMessage(conn));
+        goto out;
+    }
+    res = PQexec(conn,
+                 "SELECT 'events', state, count(*) FROM crier.events GROUP BY state"
+                 " UNION ALL SELECT 'notifications', 'total', count(*) FROM crier.notifications"
+                 " UNION ALL SELECT 'deliveries', state, count(*) FROM crier.deliveries GROUP BY state"
+                 " UNION ALL SELECT 'endpoints', state, count(*) FROM crier.endpoints"
+                 "     WHERE state <> 'active' GROUP BY state"
+                 " ORDER BY 1, 2");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        crier_cli_error("status", "%s(run crier migrate first?)", PQresultErrorMessage(res));
+        goto out;
+    }
+    for (int i = 0; i < PQntuples(res); i++)
+        printf("%s.%s: %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+    PQclear(res);
+    res = PQexec(conn, "SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0)"
+                       " FROM crier.events WHERE state = 'pending'");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    res = PQexec(conn, "SELECT * FROM (SELECT 'event ' || id || ': ' || left(last_error, 200), processed_at"
+                       "  FROM crier.events WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5) e"
+                       " UNION ALL SELECT * FROM (SELECT 'delivery ' || id || ' (' || channel || '): '"
+                       "  || left(last_error, 200), dead_at FROM crier.deliveries WHERE state = 'dead'"
+                       "  ORDER BY dead_at DESC LIMIT 5) d ORDER BY 2 DESC NULLS LAST LIMIT 5");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        for (int i = 0; i < PQntuples(res); i++)
+            printf("dead: %s\n", PQgetvalue(res, i, 0));
+    PQclear(res);
+    res = PQexec(conn, "SELECT worker, left(version, 12), loaded_at, reloads_ok, reloads_failed,"
+                       " last_error, last_error_at, round(extract(epoch FROM now() - updated_at))"
+                       " FROM crier.rules_status WHERE updated_at > now() - interval '1 day'"
+                       " ORDER BY updated_at DESC");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+        for (int i = 0; i < PQntuples(res); i++) {
+            printf("worker %s: rules %s since %s (reloads: %s ok, %s rejected; seen %ss ago)\n",
+                   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
+                   PQgetvalue(res, i, 4), PQgetvalue(res, i, 7));
+            if (!PQgetisnull(res, i, 5)) {
+                printf("  last reload rejected at %s:\n    ", PQgetvalue(res, i, 6));
+                for (const char *c = PQgetvalue(res, i, 5); *c; c++)
+                    fputs(*c == '\n' ? "\n    " : (char[2]){*c, 0}, stdout);
+                putchar('\n');
+            }
+        }
+    }
+    PQclear(res);
+    res = PQexec(conn, "SELECT state || ': ' || tenant || ' ' || target || ' since ' || failing_since"
+                       " FROM crier.endpoints WHERE state <> 'active' ORDER BY updated_at DESC LIMIT 5");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK)
+        for (int i = 0; i < PQntuples(res); i++)
+            printf("endpoint %s\n", PQgetvalue(res, i, 0));
+    rc = 0;
+out:
+    PQclear(res);
+    PQfinish(conn);
+    return rc;
+}
+
 int crier_cmd_status(int argc, char **argv)
 {
     crier_cli cli;
@@ -189,69 +258,7 @@ int crier_cmd_status(int argc, char **argv)
         crier_cli_error("status", "%s", err);
         goto out;
     }
-    {
-        PGconn *conn = PQconnectdb(db.conninfo);
-        PGresult *res = NULL;
-        if (PQstatus(conn) != CONNECTION_OK) {
-            crier_cli_error("status", "cannot connect: %s", PQerrorMessage(conn));
-            goto done;
-        }
-        res = PQexec(conn,
-                     "SELECT 'events', state, count(*) FROM crier.events GROUP BY state"
-                     " UNION ALL SELECT 'notifications', 'total', count(*) FROM crier.notifications"
-                     " UNION ALL SELECT 'deliveries', state, count(*) FROM crier.deliveries GROUP BY state"
-                     " UNION ALL SELECT 'endpoints', state, count(*) FROM crier.endpoints"
-                     "     WHERE state <> 'active' GROUP BY state"
-                     " ORDER BY 1, 2");
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            crier_cli_error("status", "%s(run crier migrate first?)", PQresultErrorMessage(res));
-            goto done;
-        }
-        for (int i = 0; i < PQntuples(res); i++)
-            printf("%s.%s: %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
-        PQclear(res);
-        res = PQexec(conn, "SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0)"
-                           " FROM crier.events WHERE state = 'pending'");
-        if (PQresultStatus(res) == PGRES_TUPLES_OK)
-            printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
-        PQclear(res);
-        res = PQexec(conn, "SELECT * FROM (SELECT 'event ' || id || ': ' || left(last_error, 200), processed_at"
-                           "  FROM crier.events WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5) e"
-                           " UNION ALL SELECT * FROM (SELECT 'delivery ' || id || ' (' || channel || '): '"
-                           "  || left(last_error, 200), dead_at FROM crier.deliveries WHERE state = 'dead'"
-                           "  ORDER BY dead_at DESC LIMIT 5) d ORDER BY 2 DESC NULLS LAST LIMIT 5");
-        if (PQresultStatus(res) == PGRES_TUPLES_OK)
-            for (int i = 0; i < PQntuples(res); i++)
-                printf("dead: %s\n", PQgetvalue(res, i, 0));
-        PQclear(res);
-        res = PQexec(conn, "SELECT worker, left(version, 12), loaded_at, reloads_ok, reloads_failed,"
-                           " last_error, last_error_at, round(extract(epoch FROM now() - updated_at))"
-                           " FROM crier.rules_status WHERE updated_at > now() - interval '1 day'"
-                           " ORDER BY updated_at DESC");
-        if (PQresultStatus(res) == PGRES_TUPLES_OK) {
-            for (int i = 0; i < PQntuples(res); i++) {
-                printf("worker %s: rules %s since %s (reloads: %s ok, %s rejected; seen %ss ago)\n",
-                       PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-                       PQgetvalue(res, i, 4), PQgetvalue(res, i, 7));
-                if (!PQgetisnull(res, i, 5)) {
-                    printf("  last reload rejected at %s:\n    ", PQgetvalue(res, i, 6));
-                    for (const char *c = PQgetvalue(res, i, 5); *c; c++)
-                        fputs(*c == '\n' ? "\n    " : (char[2]){*c, 0}, stdout);
-                    putchar('\n');
-                }
-            }
-        }
-        PQclear(res);
-        res = PQexec(conn, "SELECT state || ': ' || tenant || ' ' || target || ' since ' || failing_since"
-                           " FROM crier.endpoints WHERE state <> 'active' ORDER BY updated_at DESC LIMIT 5");
-        if (PQresultStatus(res) == PGRES_TUPLES_OK)
-            for (int i = 0; i < PQntuples(res); i++)
-                printf("endpoint %s\n", PQgetvalue(res, i, 0));
-        rc = 0;
-    done:
-        PQclear(res);
-        PQfinish(conn);
-    }
+    rc = status_print(db.conninfo);
     crier_database_close(&db);
 out:
     crier_cli_free(&cli);

@@ -1,5 +1,6 @@
 /* http_sink.c — loopback HTTP receiver recording webhook-ids (see http_sink.h). */
 #include "http_sink.h"
+#include "alloc.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -22,15 +23,11 @@ static void sink_record(crier_http_sink *s, const char *id)
     pthread_mutex_lock(&s->lock);
     if (s->n_ids == s->cap_ids) {
         size_t cap = s->cap_ids ? s->cap_ids * 2 : 256;
-        char **p = realloc(s->ids, cap * sizeof *p);
-        if (!p)
-            abort();
+        char **p = crier_xrealloc(s->ids, cap * sizeof *p);
         s->ids = p;
         s->cap_ids = cap;
     }
-    s->ids[s->n_ids] = strdup(id ? id : "");
-    if (!s->ids[s->n_ids])
-        abort();
+    s->ids[s->n_ids] = crier_xstrdup(id ? id : "");
     s->n_ids++;
     pthread_mutex_unlock(&s->lock);
 }
@@ -101,13 +98,9 @@ char **crier_http_sink_ids(crier_http_sink *s, size_t *n)
 {
     char **out;
     pthread_mutex_lock(&s->lock);
-    out = calloc(s->n_ids + 1, sizeof *out);
-    if (!out)
-        abort();
+    out = crier_xcalloc(s->n_ids + 1, sizeof *out);
     for (size_t i = 0; i < s->n_ids; i++) {
-        out[i] = strdup(s->ids[i]);
-        if (!out[i])
-            abort();
+        out[i] = crier_xstrdup(s->ids[i]);
     }
     *n = s->n_ids;
     pthread_mutex_unlock(&s->lock);

@@ -3,7 +3,7 @@
  * webhook-id: the demo's receiver and the benchmarks' sink.
  *
  * Layer: cli (src/cli/), may use engine, api and every layer below them.
- * Calls into: nothing of crier's.
+ * Calls into: alloc (base).
  */
 #ifndef CRIER_HTTP_SINK_H
 #define CRIER_HTTP_SINK_H

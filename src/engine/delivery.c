@@ -13,6 +13,7 @@
  * arrives after its slot was given up (released at shutdown) is recognised and
  * ignored. */
 #include "delivery.h"
+#include "alloc.h"
 
 #include "log.h"
 #include "pg_array.h"
@@ -192,10 +193,8 @@ static size_t flight_add(crier_delivery *d)
     } else {
         if (d->n_flights == d->cap_flights) {
             size_t cap = d->cap_flights ? d->cap_flights * 2 : 256;
-            flight *p = realloc(d->flights, cap * sizeof *p);
-            size_t *q = realloc(d->free_slots, cap * sizeof *q);
-            if (!p || !q)
-                abort();
+            flight *p = crier_xrealloc(d->flights, cap * sizeof *p);
+            size_t *q = crier_xrealloc(d->free_slots, cap * sizeof *q);
             d->flights = p;
             d->free_slots = q;
             d->cap_flights = cap;
@@ -237,9 +236,7 @@ static void delivery_add_result(crier_delivery *d, const flight *f, const char *
 {
     if (d->n_results == d->cap_results) {
         size_t cap = d->cap_results ? d->cap_results * 2 : 256;
-        delivery_result *p = realloc(d->results, cap * sizeof *p);
-        if (!p)
-            abort();
+        delivery_result *p = crier_xrealloc(d->results, cap * sizeof *p);
         d->results = p;
         d->cap_results = cap;
     }

@@ -7,7 +7,7 @@
  * health — pause after a run of failures, probe, resume, disable).
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: email, kafka, webhook (channels), log, strbuf (base), pg_array,
+ * Calls into: email, kafka, webhook (channels), alloc, log, strbuf (base), pg_array,
  * pg_async (pg).
  */
 #ifndef CRIER_DELIVERY_H

@@ -11,6 +11,7 @@
  * No network send happens inside it; a crash anywhere rolls it back and the
  * events are claimed again by any worker. */
 #include "fanout.h"
+#include "alloc.h"
 
 #include "clock.h"
 #include "keys.h"
@@ -296,9 +297,7 @@ static fanout_event *fanout_event_add(crier_fanout *f)
 {
     if (f->n_events == f->cap_events) {
         size_t cap = f->cap_events ? f->cap_events * 2 : 64;
-        fanout_event *p = realloc(f->events, cap * sizeof *p);
-        if (!p)
-            abort();
+        fanout_event *p = crier_xrealloc(f->events, cap * sizeof *p);
         f->events = p;
         f->cap_events = cap;
     }
@@ -372,10 +371,8 @@ static void key_set_reset(key_set *s, size_t n)
     if (cap != s->cap) {
         free(s->slots);
         free(s->used);
-        s->slots = malloc(cap * sizeof *s->slots);
-        s->used = malloc(cap * sizeof *s->used);
-        if (!s->slots || !s->used)
-            abort();
+        s->slots = crier_xmalloc(cap * sizeof *s->slots);
+        s->used = crier_xmalloc(cap * sizeof *s->used);
         s->cap = cap;
     }
     memset(s->used, 0, s->cap * sizeof *s->used);

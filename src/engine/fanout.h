@@ -5,7 +5,8 @@
  * (ON CONFLICT DO NOTHING RETURNING) plus deliveries for the new rows only.
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: keys (base), log (base), pg_array (pg), pg_async (pg), rules (rules), strbuf (base).
+ * Calls into: alloc, clock, keys, log, strbuf (base), pg_array, pg_async (pg),
+ * rules (rules).
  */
 #ifndef CRIER_FANOUT_H
 #define CRIER_FANOUT_H

@@ -169,6 +169,7 @@ static int migrate_functions(PGconn *conn, FILE *out, char *err, size_t err_len)
 {
     unsigned char *done = calloc(crier_functions_count + 1, 1);
     int applied = 0;
+    bool in_txn = false;
     char msg[1024];
 
     if (!done) {
@@ -179,6 +180,7 @@ static int migrate_functions(PGconn *conn, FILE *out, char *err, size_t err_len)
         snprintf(err, err_len, "cannot begin applying the function files: %s", msg);
         goto fail;
     }
+    in_txn = true;
     for (size_t i = 0; i < crier_functions_count; i++) {
         const crier_migration *f = &crier_functions[i];
         char sum[65], recorded[65];
@@ -186,13 +188,13 @@ static int migrate_functions(PGconn *conn, FILE *out, char *err, size_t err_len)
 
         migrate_checksum(f->sql, sum);
         if (migrate_recorded(conn, "schema_functions", f->name, recorded, err, err_len) < 0)
-            goto rollback;
+            goto fail;
         if (!strcmp(recorded, sum))
             continue;
         if (migrate_exec(conn, f->sql, msg, sizeof msg) < 0) {
             snprintf(err, err_len, "function file %s failed (no function file was applied): %s",
                      f->name, msg);
-            goto rollback;
+            goto fail;
         }
         if (migrate_command(conn,
                             "INSERT INTO crier.schema_functions (name, checksum) VALUES ($1, $2)"
@@ -200,11 +202,12 @@ static int migrate_functions(PGconn *conn, FILE *out, char *err, size_t err_len)
                             "applied_at = now()",
                             2, params, msg, sizeof msg) < 0) {
             snprintf(err, err_len, "cannot record function file %s: %s", f->name, msg);
-            goto rollback;
+            goto fail;
         }
         done[i] = recorded[0] ? FUNCTION_CHANGED : FUNCTION_NEW;
         applied++;
     }
+    in_txn = false; /* a failed COMMIT ends the transaction too */
     if (migrate_exec(conn, "COMMIT", msg, sizeof msg) < 0) {
         snprintf(err, err_len, "the function files failed at commit: %s", msg);
         goto fail;
@@ -217,9 +220,9 @@ static int migrate_functions(PGconn *conn, FILE *out, char *err, size_t err_len)
     free(done);
     return applied;
 
-rollback:
-    migrate_exec(conn, "ROLLBACK", msg, sizeof msg);
 fail:
+    if (in_txn)
+        migrate_exec(conn, "ROLLBACK", msg, sizeof msg);
     free(done);
     return -1;
 }

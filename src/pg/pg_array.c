@@ -6,6 +6,7 @@
  *   type OID, then per dimension int32 length and int32 lower bound (1), then
  *   per element int32 byte length (-1 for NULL) and the element's binary form. */
 #include "pg_array.h"
+#include "alloc.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -22,9 +23,7 @@ static void array_reserve(crier_pg_array *a, size_t extra)
     size_t cap = a->cap ? a->cap : 256;
     while (cap < need)
         cap *= 2;
-    char *p = realloc(a->data, cap);
-    if (!p)
-        abort();
+    char *p = crier_xrealloc(a->data, cap);
     a->data = p;
     a->cap = cap;
 }

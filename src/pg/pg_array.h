@@ -5,7 +5,7 @@
  * one statement (text values beside binary arrays).
  *
  * Layer: pg (src/pg/), may use base.
- * Calls into: nothing of crier's.
+ * Calls into: alloc (base).
  */
 #ifndef CRIER_PG_ARRAY_H
 #define CRIER_PG_ARRAY_H

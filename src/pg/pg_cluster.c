@@ -145,13 +145,13 @@ static void err_append_log_tail(char *err, size_t err_len, const char *datadir)
         return;
     size = lseek(fd, 0, SEEK_END);
     if (size < 0)
-        goto cleanup;
+        goto out;
     if (lseek(fd, size > (off_t)(sizeof buf - 1) ? size - (off_t)(sizeof buf - 1) : 0, SEEK_SET) <
         0)
-        goto cleanup;
+        goto out;
     n = read(fd, buf, sizeof buf - 1);
     if (n <= 0)
-        goto cleanup;
+        goto out;
     while (n > 0 && buf[n - 1] == '\n')
         n--;
     buf[n] = '\0';
@@ -162,7 +162,7 @@ static void err_append_log_tail(char *err, size_t err_len, const char *datadir)
         start--;
     }
     err_append(err, err_len, "\n--- last lines of %s ---\n%s", path, start);
-cleanup:
+out:
     if (fd >= 0)
         close(fd);
 }
@@ -402,12 +402,12 @@ static int run_child(const pgc_user *u, char *const argv[], pgc_output *out, cha
     null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || pipe2(pipefd, O_CLOEXEC) < 0) {
         err_set(err, err_len, "cannot run %s: %s", argv[0], strerror(errno));
-        goto cleanup;
+        goto out;
     }
     pid = fork();
     if (pid < 0) {
         err_set(err, err_len, "cannot run %s: fork: %s", argv[0], strerror(errno));
-        goto cleanup;
+        goto out;
     }
     if (pid == 0)
         child_exec(u, argv, pipefd[1], null_fd);
@@ -423,7 +423,7 @@ static int run_child(const pgc_user *u, char *const argv[], pgc_output *out, cha
     while (waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR) {
             err_set(err, err_len, "cannot wait for %s: %s", argv[0], strerror(errno));
-            goto cleanup;
+            goto out;
         }
     }
     if (WIFEXITED(status))
@@ -432,7 +432,7 @@ static int run_child(const pgc_user *u, char *const argv[], pgc_output *out, cha
         rc = 128 + WTERMSIG(status);
     else
         rc = 255;
-cleanup:
+out:
     if (pipefd[0] >= 0)
         close(pipefd[0]);
     if (pipefd[1] >= 0)
@@ -738,14 +738,14 @@ static int ensure_sockdir(const pgc_paths *paths, const pgc_user *u, char *err, 
     if (mkdir(paths->sockdir, 0700) < 0 && errno != EEXIST) {
         err_set(err, err_len, "cannot create socket directory %s: %s", paths->sockdir,
                 strerror(errno));
-        goto cleanup;
+        goto out;
     }
     fd = open(paths->sockdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         err_set(err, err_len,
                 "cannot open socket directory %s: %s (remove it if it is not a directory)",
                 paths->sockdir, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     if (st.st_uid != u->uid) {
         /* Ours (root) from an earlier run: hand it over. Anyone else's: refuse. */
@@ -753,16 +753,16 @@ static int ensure_sockdir(const pgc_paths *paths, const pgc_user *u, char *err, 
             err_set(err, err_len,
                     "socket directory %s belongs to uid %d, not to the server user %s: remove it",
                     paths->sockdir, (int)st.st_uid, u->name);
-            goto cleanup;
+            goto out;
         }
     }
     if ((st.st_mode & 07777) != 0700 && fchmod(fd, 0700) < 0) {
         err_set(err, err_len, "cannot chmod socket directory %s: %s", paths->sockdir,
                 strerror(errno));
-        goto cleanup;
+        goto out;
     }
     rc = 0;
-cleanup:
+out:
     if (fd >= 0)
         close(fd);
     return rc;
@@ -798,10 +798,10 @@ static int ensure_include(const char *datadir, char *err, size_t err_len)
     fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0 || write(fd, text, sizeof text - 1) != (ssize_t)(sizeof text - 1)) {
         err_set(err, err_len, "cannot append to %s: %s", path, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     rc = 0;
-cleanup:
+out:
     if (fd >= 0)
         close(fd);
     return rc;
@@ -831,16 +831,16 @@ static int write_conf(const pgc_paths *paths, const crier_pg_cluster_options *op
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         err_set(err, err_len, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     if (u->switch_user && fchown(fd, u->uid, u->gid) < 0) {
         err_set(err, err_len, "cannot chown %s: %s", tmp, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     f = fdopen(fd, "w");
     if (!f) {
         err_set(err, err_len, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     fd = -1;
     fprintf(f,
@@ -859,15 +859,15 @@ static int write_conf(const pgc_paths *paths, const crier_pg_cluster_options *op
     if (fclose(f) != 0) {
         f = NULL;
         err_set(err, err_len, "cannot write %s: %s", tmp, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     f = NULL;
     if (rename(tmp, path) < 0) {
         err_set(err, err_len, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto cleanup;
+        goto out;
     }
     rc = 0;
-cleanup:
+out:
     if (f)
         fclose(f);
     if (fd >= 0)
@@ -1098,34 +1098,34 @@ int crier_pg_cluster_start(const char *datadir, const crier_pg_cluster_options *
     out = calloc(1, sizeof *out);
     if (!bins || !paths || !out) {
         err_set(err, err_len, "out of memory");
-        goto cleanup;
+        goto out;
     }
     if (find_bins(bins, err, err_len) < 0 || resolve_user(&user, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     if (make_absolute(datadir, abs, sizeof abs, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     if (!path_is_shell_safe(abs)) {
         err_set(err, err_len,
                 "data directory path %s contains a character pg_ctl cannot pass through its shell "
                 "(\" \\ $ ` or a control character): choose another directory",
                 abs);
-        goto cleanup;
+        goto out;
     }
     /* format_conninfo early too: a too-small buffer fails before anything starts. */
     if (mkdir_p(abs, user.switch_user, err, err_len) < 0 ||
         resolve_paths(abs, paths, err, err_len) < 0 ||
         format_conninfo(paths, conninfo, conninfo_len, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     lock_fd = lock_datadir(paths->datadir, err, err_len);
     if (lock_fd < 0)
-        goto cleanup;
+        goto out;
     if (user.switch_user && check_parents(paths->datadir, &user, err, err_len) < 0)
-        goto cleanup;
+        goto out;
 
     if (has_pg_version(paths->datadir)) {
         st = pg_ctl_status(bins, &user, paths->datadir, out, err, err_len);
         if (st < 0)
-            goto cleanup;
+            goto out;
         if (st == 0 && postmaster_is_dead(paths->datadir)) {
             crier_warn(
                 PGC_MODULE,
@@ -1136,10 +1136,10 @@ int crier_pg_cluster_start(const char *datadir, const crier_pg_cluster_options *
         if (st == 0) {
             crier_info(PGC_MODULE, "PostgreSQL already running in %s", paths->datadir);
             rc = format_conninfo(paths, conninfo, conninfo_len, err, err_len);
-            goto cleanup;
+            goto out;
         }
         if (user.switch_user && chown_datadir(paths->datadir, &user, err, err_len) < 0)
-            goto cleanup;
+            goto out;
     } else {
         if (!dir_is_empty(paths->datadir)) {
             err_set(
@@ -1147,27 +1147,27 @@ int crier_pg_cluster_start(const char *datadir, const crier_pg_cluster_options *
                 "data directory %s is not empty but holds no PostgreSQL cluster (no PG_VERSION): "
                 "choose an empty or missing directory for the cluster",
                 paths->datadir);
-            goto cleanup;
+            goto out;
         }
         if (user.switch_user && chown_datadir(paths->datadir, &user, err, err_len) < 0)
-            goto cleanup;
+            goto out;
         if (run_initdb(bins, &user, paths->datadir, fast, err, err_len) < 0)
-            goto cleanup;
+            goto out;
     }
     if (ensure_include(paths->datadir, err, err_len) < 0 ||
         write_conf(paths, opts, &user, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     if (paths->sock_fallback && ensure_sockdir(paths, &user, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     crier_info(PGC_MODULE, "starting PostgreSQL in %s (socket in %s%s)", paths->datadir,
                paths->sockdir, fast ? ", fast unsafe settings" : "");
     if (run_start(bins, &user, paths, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     if (format_conninfo(paths, conninfo, conninfo_len, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     crier_info(PGC_MODULE, "PostgreSQL ready in %s (%.2fs)", paths->datadir, elapsed_since(&t0));
     rc = 0;
-cleanup:
+out:
     if (lock_fd >= 0)
         close(lock_fd);
     free(bins);
@@ -1191,17 +1191,17 @@ int crier_pg_cluster_conninfo(const char *datadir, char *conninfo, size_t connin
     paths = calloc(1, sizeof *paths);
     if (!paths) {
         err_set(err, err_len, "out of memory");
-        goto cleanup;
+        goto out;
     }
     if (resolve_paths(datadir, paths, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     if (!has_pg_version(paths->datadir)) {
         err_set(err, err_len, "%s holds no PostgreSQL cluster (no PG_VERSION): start it first",
                 paths->datadir);
-        goto cleanup;
+        goto out;
     }
     rc = format_conninfo(paths, conninfo, conninfo_len, err, err_len);
-cleanup:
+out:
     free(paths);
     return rc;
 }
@@ -1233,22 +1233,22 @@ int crier_pg_cluster_stop(const char *datadir, char *err, size_t err_len)
     out = calloc(1, sizeof *out);
     if (!bins || !paths || !out) {
         err_set(err, err_len, "out of memory");
-        goto cleanup;
+        goto out;
     }
     if (resolve_paths(abs, paths, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     if (!has_pg_version(paths->datadir)) {
         rc = 0;
-        goto cleanup;
+        goto out;
     }
     if (find_bins(bins, err, err_len) < 0 || resolve_user(&user, err, err_len) < 0)
-        goto cleanup;
+        goto out;
     lock_fd = lock_datadir(paths->datadir, err, err_len);
     if (lock_fd < 0)
-        goto cleanup;
+        goto out;
     st = pg_ctl_status(bins, &user, paths->datadir, out, err, err_len);
     if (st < 0)
-        goto cleanup;
+        goto out;
     if (st == 0 && postmaster_is_dead(paths->datadir))
         st = 3; /* killed: nothing to stop (start copes with the stale postmaster.pid) */
     if (st == 0) {
@@ -1266,7 +1266,7 @@ int crier_pg_cluster_stop(const char *datadir, char *err, size_t err_len)
         crier_info(PGC_MODULE, "stopping PostgreSQL in %s", paths->datadir);
         st = run_child(&user, argv, out, err, err_len);
         if (st < 0)
-            goto cleanup;
+            goto out;
         if (st != 0) {
             pgc_output *again = calloc(1, sizeof *again);
             int now = again ? pg_ctl_status(bins, &user, paths->datadir, again, NULL, 0) : -1;
@@ -1281,7 +1281,7 @@ int crier_pg_cluster_stop(const char *datadir, char *err, size_t err_len)
                            "\nRetry, or stop it by hand: %s -D '%s' -m immediate stop (as the "
                            "server user %s)",
                            bins->pg_ctl, paths->datadir, user.name);
-                goto cleanup;
+                goto out;
             }
         }
         crier_info(PGC_MODULE, "PostgreSQL stopped in %s", paths->datadir);
@@ -1290,12 +1290,12 @@ int crier_pg_cluster_stop(const char *datadir, char *err, size_t err_len)
                 "cannot tell whether PostgreSQL runs in %s (pg_ctl status exit status %d)",
                 paths->datadir, st);
         err_append_output(err, err_len, "pg_ctl", out);
-        goto cleanup;
+        goto out;
     }
     if (paths->sock_fallback)
         rmdir(paths->sockdir); /* only if empty; harmless otherwise */
     rc = 0;
-cleanup:
+out:
     if (lock_fd >= 0)
         close(lock_fd);
     free(bins);

@@ -154,12 +154,12 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
             cap = cap ? cap * 2 : 8192;
             if (cap > RULES_MAX_FILE_BYTES + 4096) {
                 crier_set_error(err, err_len, "%s: larger than %u bytes", path, RULES_MAX_FILE_BYTES);
-                goto err;
+                goto fail;
             }
             grown = realloc(buf, cap);
             if (!grown) {
                 crier_set_error(err, err_len, "%s: out of memory", path);
-                goto err;
+                goto fail;
             }
             buf = grown;
         }
@@ -168,7 +168,7 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
         if (n == 0) {
             if (ferror(f)) {
                 crier_set_error(err, err_len, "%s: read error: %s", path, strerror(errno));
-                goto err;
+                goto fail;
             }
             break;
         }
@@ -178,7 +178,7 @@ static int read_file(const char *path, char **out, size_t *out_len, char *err, s
     *out = buf;
     *out_len = len;
     return 0;
-err:
+fail:
     fclose(f);
     free(buf);
     return -1;
@@ -209,7 +209,7 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
             grown = realloc(files, cap * sizeof *files);
             if (!grown) {
                 crier_set_error(err, err_len, "%s: out of memory", dir);
-                goto err;
+                goto fail;
             }
             files = grown;
         }
@@ -222,7 +222,7 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
             free(f->name);
             free(f->path);
             crier_set_error(err, err_len, "%s: out of memory", dir);
-            goto err;
+            goto fail;
         }
         snprintf(f->path, path_len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/",
                  de->d_name);
@@ -239,12 +239,12 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
     qsort(files, n, sizeof *files, compare_names);
     for (size_t i = 0; i < n; i++) {
         if (read_file(files[i].path, &files[i].source, &files[i].source_len, err, err_len) != 0)
-            goto err;
+            goto fail;
     }
     *out = files;
     *n_out = n;
     return 0;
-err:
+fail:
     if (d)
         closedir(d);
     free_files(files, n);
@@ -311,18 +311,18 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     rules = calloc(1, sizeof *rules);
     if (!rules) {
         crier_set_error(err, err_len, "out of memory");
-        goto err;
+        goto fail;
     }
     rules->generation_ref = LUA_NOREF;
     rules->n_files = n_files;
     if (compute_version(files, n_files, rules->version, err, err_len) != 0)
-        goto err;
+        goto fail;
 
     rules->memory.cap = RULES_LOAD_MEMORY;
     L = lua_newstate(rules_alloc, &rules->memory);
     if (!L) {
         crier_set_error(err, err_len, "cannot create a Lua state");
-        goto err;
+        goto fail;
     }
     rules->L = L;
     luaL_openlibs(L);
@@ -340,7 +340,7 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     if (status != 0) {
         crier_set_error(err, err_len, "%s/crier/runtime.lua: cannot load the crier library: %s", lua_dir,
                 lua_error_text(L, status));
-        goto err;
+        goto fail;
     }
 
     /* runtime.new_generation(files, settings) */
@@ -365,12 +365,12 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     status = rules_pcall(L, 2, 2);
     if (status != 0) {
         crier_set_error(err, err_len, "%s: loading rules failed: %s", rules_dir, lua_error_text(L, status));
-        goto err;
+        goto fail;
     }
     if (lua_isnil(L, -2)) {
         const char *msg = lua_tostring(L, -1);
         crier_set_error(err, err_len, "%s", msg ? msg : "rules failed to load (no message)");
-        goto err;
+        goto fail;
     }
     lua_pop(L, 1);
     /* The memory ceiling the rules declared (crier.limits), plus a margin. */
@@ -386,7 +386,7 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
                n_files == 1 ? "" : "s", rules_dir, rules->version);
     return rules;
 
-err:
+fail:
     free_files(files, n_files);
     crier_rules_free(rules);
     return NULL;
@@ -585,22 +585,22 @@ static int copy_field(lua_State *L, int idx, const char *key, int optional, crie
     if (out_len)
         *out_len = 0;
     if (lua_isnil(L, -1) && optional)
-        goto done;
+        goto out;
     if (lua_type(L, -1) != LUA_TSTRING) {
         *why = key;
         rc = -1;
-        goto done;
+        goto out;
     }
     s = lua_tolstring(L, -1, &len);
     *out = plan_store(plan, s, len);
     if (!*out) {
         *why = "out of memory";
         rc = -1;
-        goto done;
+        goto out;
     }
     if (out_len)
         *out_len = len;
-done:
+out:
     lua_pop(L, 1);
     return rc;
 }
@@ -626,19 +626,19 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
         lua_rawgeti(L, top, (int)i);
         if (lua_type(L, -1) != LUA_TTABLE) {
             why = "entry";
-            goto bad;
+            goto fail;
         }
         if (copy_field(L, -1, PLAN_ENTRY_RECIPIENT, 0, plan, &recipient, NULL, &why) != 0 ||
             copy_field(L, -1, PLAN_ENTRY_DISCRIMINATOR, 1, plan, &discriminator, NULL, &why) != 0)
-            goto bad;
+            goto fail;
         if (recipient[0] == '\0') {
             why = PLAN_ENTRY_RECIPIENT;
-            goto bad;
+            goto fail;
         }
         lua_getfield(L, -1, PLAN_ENTRY_DELIVERIES);
         if (lua_type(L, -1) != LUA_TTABLE) {
             why = PLAN_ENTRY_DELIVERIES;
-            goto bad;
+            goto fail;
         }
         first = plan->n_deliveries;
         n_deliveries = lua_objlen(L, -1);
@@ -649,7 +649,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             lua_rawgeti(L, -1, (int)j);
             if (lua_type(L, -1) != LUA_TTABLE) {
                 why = "delivery";
-                goto bad;
+                goto fail;
             }
             if (copy_field(L, -1, PLAN_DELIVERY_CHANNEL, 0, plan, &channel, NULL, &why) != 0 ||
                 copy_field(L, -1, PLAN_DELIVERY_TARGET, 0, plan, &target, NULL, &why) != 0 ||
@@ -659,11 +659,11 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
                 copy_field(L, -1, PLAN_DELIVERY_HTML, 1, plan, &html, NULL, &why) != 0 ||
                 copy_field(L, -1, PLAN_DELIVERY_FROM, 1, plan, &sender, NULL, &why) != 0 ||
                 copy_field(L, -1, PLAN_DELIVERY_RETRY_LITERAL, 1, plan, &retry, NULL, &why) != 0)
-                goto bad;
+                goto fail;
             d = plan_add_delivery(plan);
             if (!d) {
                 why = "out of memory";
-                goto bad;
+                goto fail;
             }
             d->channel = channel;
             d->target = target;
@@ -683,7 +683,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
         r = plan_add_recipient(plan);
         if (!r) {
             why = "out of memory";
-            goto bad;
+            goto fail;
         }
         r->slot = slot;
         r->recipient = recipient;
@@ -700,17 +700,17 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             lua_rawgeti(L, -1, (int)i);
             if (lua_type(L, -1) != LUA_TTABLE) {
                 why = "audience item";
-                goto bad;
+                goto fail;
             }
             if (copy_field(L, -1, PLAN_AUDIENCE_ITEM_AUDIENCE, 0, plan, &audience, NULL, &why) != 0 ||
                 copy_field(L, -1, PLAN_AUDIENCE_ITEM_CONTENT, 0, plan, &content, NULL, &why) != 0)
-                goto bad;
+                goto fail;
             if (plan->n_audience_items == plan->cap_audience_items) {
                 size_t cap = plan->cap_audience_items ? plan->cap_audience_items * 2 : 16;
                 crier_plan_audience_item *grown = realloc(plan->audience_items, cap * sizeof *grown);
                 if (!grown) {
                     why = "out of memory";
-                    goto bad;
+                    goto fail;
                 }
                 plan->audience_items = grown;
                 plan->cap_audience_items = cap;
@@ -726,7 +726,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
     }
     lua_settop(L, top);
     return 0;
-bad:
+fail:
     lua_settop(L, top);
     if (strcmp(why, "out of memory") == 0)
         crier_set_error(err, err_len, "out of memory while copying the plan");

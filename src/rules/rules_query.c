@@ -74,21 +74,21 @@ static int rules_query_connect(crier_rules_query *q, char *err, size_t err_len)
                  "migrate creates when it may; or give them a connection with --rules-database or "
                  "CRIER_RULES_DATABASE_URL)",
                  PQerrorMessage(q->conn));
-        goto unreachable;
+        goto fail;
     }
     snprintf(setup, sizeof setup,
              "SET default_transaction_read_only = on; SET statement_timeout = %d;"
              " SET application_name = 'crier rules'",
              q->timeout_ms);
     if (rules_query_exec(q->conn, setup, err, err_len) < 0)
-        goto unreachable;
+        goto fail;
     if (q->role == CRIER_RULES_QUERY_CRIER_OWN)
         return 0;
     res = PQexec(q->conn, SQL_PRIVILEGES);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         snprintf(err, err_len, "cannot check the rule queries' role: %s", PQresultErrorMessage(res));
         PQclear(res);
-        goto unreachable;
+        goto fail;
     }
     if (PQgetvalue(res, 0, 1)[0]) {
         snprintf(err, err_len,
@@ -108,7 +108,7 @@ static int rules_query_connect(crier_rules_query *q, char *err, size_t err_len)
     PQclear(res);
     return 0;
 
-unreachable:
+fail: /* the connection is unusable */
     PQfinish(q->conn);
     q->conn = NULL;
     return CRIER_RULES_QUERY_UNREACHABLE;
