@@ -147,7 +147,7 @@ function crier.parse_retry(schedule)
         local seconds
         if type(v) == "number" then
             seconds = v
-        elseif type(v) == "string" then
+        elseif type(v) == "string" and #v <= 32 then -- (the length keeps the pattern's backtracking short)
             local n, unit = match(v, "^(%d+%.?%d*)([smhd]?)$")
             if n then
                 seconds = tonumber(n) * duration_units[unit ~= "" and unit or "s"]

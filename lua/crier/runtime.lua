@@ -47,7 +47,9 @@ local function problem_line(msg, path, files)
     if not find(msg, "^[^\n]-:%d+: ") then
         msg = path .. ": " .. msg
     end
-    return (gsub(msg, "%s*\n%s*", " "))
+    return (gsub(msg, "%s+", function(space) -- (not "%s*\n%s*": quadratic on long runs of spaces)
+        return find(space, "\n", 1, true) and " " or nil
+    end))
 end
 
 local function message_only(err)

@@ -1,20 +1,23 @@
 -- crier.sandbox: what rule code may see and how long it may run.
 --
 -- Rule files run in an allow-listed environment: the safe parts of the base
--- library, copies of string/table/math, os.time/clock/date, and a require that
--- only returns crier's own pure-Lua modules. No io, os.execute, load,
--- loadstring, loadfile, dofile, debug, ffi, jit, coroutine, collectgarbage, C
--- modules or package; no setfenv/getfenv, rawset or string.dump. Globals are
--- read-only: a write raises (rules keep state in locals), so nothing leaks from
--- one event to the next through the environment, and reading a global that is
--- not provided raises with the list of what is.
+-- library, copies of string/table/math, os.time/clock/date, and a require that only
+-- returns crier's own pure-Lua modules. No io, os.execute, load, loadstring,
+-- loadfile, dofile, debug, ffi, jit, coroutine, collectgarbage, C modules or
+-- package; no setfenv/getfenv, rawset or string.dump (not even as ("").dump:
+-- while rule code runs, the string methods are the rules' own library).
+-- Globals are read-only: a write raises (rules keep state in locals), so
+-- nothing leaks from one event to the next through the environment, and
+-- reading a global that is not provided raises with the list of what is.
 --
 -- Every rule call (and the loading of rule files) runs under limits: an
 -- instruction budget and a CPU-time budget (os.clock) checked by a count hook, and a
 -- memory ceiling checked there too (the engine also caps its Lua state's
 -- allocator). Rule functions are kept out of the JIT compiler (jit.off(f,
 -- true)), because compiled loops do not run hooks. A limit error cannot be
--- caught by the rule's own pcall. Pure Lua: works in LuaJIT, crier serve and
+-- caught by the rule's own pcall. One C call is not interrupted by the hook:
+-- rules' pattern functions are bounded before they run (crier.patterns) and
+-- the clock is read after them. Pure Lua: works in LuaJIT, crier serve and
 -- nginx.
 
 local ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall =
@@ -24,6 +27,7 @@ local format, match, concat, sort = string.format, string.match, table.concat, t
 local clock = os.clock
 local sethook, gethook = debug.sethook, debug.gethook
 local jit = rawget(_G, "jit")
+local patterns = require "crier.patterns"
 
 local sandbox = {}
 
@@ -69,7 +73,7 @@ function sandbox.parse_limits(spec)
             out.instructions = v
         elseif k == "time" then
             local seconds = v
-            if type(v) == "string" then
+            if type(v) == "string" and #v <= 32 then -- (short: the pattern backtracks)
                 local n, unit = match(v, "^(%d+%.?%d*)(m?s?)$")
                 seconds = n and time_units[unit] and tonumber(n) * time_units[unit]
             end
@@ -80,7 +84,7 @@ function sandbox.parse_limits(spec)
             out.time = seconds
         elseif k == "memory" then
             local bytes = v
-            if type(v) == "string" then
+            if type(v) == "string" and #v <= 32 then
                 local n, unit = match(v, "^(%d+)%s*(%u*)$")
                 bytes = n and units[unit] and tonumber(n) * units[unit]
             end
@@ -140,10 +144,39 @@ local function hook()
     end
 end
 
-local finish_handler, old_hook, old_mask, old_count
+-- Matching steps of the rules' pattern functions since the clock was last
+-- read: the hook counts VM instructions only, and a loop of a few hundred
+-- instructions can make many long C calls.
+local c_steps = 0
+local CLOCK_EVERY = 1e6
+
+-- after(steps, ...): called by the rules' string library after a C call with
+-- its estimated steps and results; returns the results, or raises a limit
+-- error (the hook's checks run every CLOCK_EVERY steps).
+local function after_c_call(steps, ...)
+    if active then
+        c_steps = c_steps + steps
+        if c_steps > CLOCK_EVERY or tripped then
+            c_steps = 0
+            hook()
+        end
+    end
+    return ...
+end
+
+-- The string library rules get, as string.* and as the methods of string
+-- values while rule code runs (the string metatable is shared by the whole
+-- VM: outside rule calls its __index is restored).
+local rules_string = patterns.string_library(after_c_call, function()
+    return (active and run_limits or sandbox.default_limits).memory
+end)
+local string_mt = getmetatable("")
+
+local finish_handler, old_hook, old_mask, old_count, old_string_index
 
 local function finish(ok, ...)
     active = false
+    string_mt.__index = old_string_index
     if old_hook then
         sethook(old_hook, old_mask, old_count)
     else
@@ -168,6 +201,8 @@ function sandbox.run(limits, fn, handler, ...)
     memory_kb, base_kb = limits.memory / 1024, collectgarbage("count")
     used, tripped = 0, nil
     old_hook, old_mask, old_count = gethook()
+    old_string_index, string_mt.__index = string_mt.__index, rules_string
+    c_steps = 0
     sethook(hook, "", HOOK_EVERY)
     return finish(xpcall(fn, handler, ...))
 end
@@ -181,12 +216,10 @@ function sandbox.protect(fn)
     return fn
 end
 
-local function copy(t, except)
+local function copy(t)
     local c = {}
     for k, v in pairs(t) do
-        if not (except and except[k]) then
-            c[k] = v
-        end
+        c[k] = v
     end
     return c
 end
@@ -287,7 +320,7 @@ function sandbox.env()
         pcall = safe_pcall, xpcall = safe_xpcall, select = select, tonumber = tonumber,
         tostring = tostring, type = type, unpack = unpack, rawequal = rawequal, rawget = rawget,
         setmetatable = setmetatable, getmetatable = safe_getmetatable, require = safe_require,
-        string = copy(string, { dump = true }), table = copy(table), math = copy(math),
+        string = copy(rules_string), table = copy(table), math = copy(math),
         os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime },
         _VERSION = _VERSION,
     }

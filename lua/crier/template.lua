@@ -33,7 +33,8 @@
 --                               whitespace (newlines included) on that side.
 --
 -- Filters (template.filters; a missing value passes through as nil, so it
--- can be followed by default):
+-- can be followed by default; each takes time linear in its input, as does
+-- compiling, since one call cannot be interrupted by the rules' limits):
 --   default(x)      x when the value is missing or null
 --   upper, lower    ASCII case mapping (other bytes unchanged)
 --   trim            strips leading and trailing whitespace
@@ -179,6 +180,30 @@ local function utf8_prefix(s, n)
         end
     end
     return s
+end
+
+-- Whitespace as %s sees it: space, \t, \n, \v, \f, \r.
+local function is_space(b)
+    return b == 32 or (b and b >= 9 and b <= 13)
+end
+
+-- The index of the last byte of s[1..last] that is not whitespace (0 when
+-- none): a backward scan, linear where match(s, "^(.-)%s*$") is quadratic on
+-- runs of whitespace.
+local function last_non_space(s, last)
+    while last > 0 and is_space(byte(s, last)) do
+        last = last - 1
+    end
+    return last
+end
+
+-- s without leading and trailing whitespace, in linear time.
+local function trim_space(s)
+    local first = find(s, "%S")
+    if not first then
+        return ""
+    end
+    return sub(s, first, last_non_space(s, #s))
 end
 
 ---------------------------------------------------------------------------
@@ -462,7 +487,8 @@ local function truncate(value, args)
     if room <= 0 then
         return utf8_prefix(s, n)
     end
-    return match(utf8_prefix(s, room), "^(.-)%s*$") .. ending
+    local prefix = utf8_prefix(s, room)
+    return sub(prefix, 1, last_non_space(prefix, #prefix)) .. ending
 end
 
 local function text_filter(name, fn)
@@ -550,9 +576,7 @@ template.filters = {
     end,
     upper = text_filter("upper", upper),
     lower = text_filter("lower", lower),
-    trim = text_filter("trim", function(s)
-        return match(s, "^%s*(.-)%s*$")
-    end),
+    trim = text_filter("trim", trim_space),
     truncate = truncate,
     money = money,
     date = format_date,
@@ -648,7 +672,7 @@ end
 
 -- Source text between two byte positions, on one line.
 local function excerpt(P, from, to)
-    return (gsub(match(sub(P.src, from, to), "^%s*(.-)%s*$"), "%s+", " "))
+    return (gsub(trim_space(sub(P.src, from, to)), "%s+", " "))
 end
 
 local two_char_ops = { ["=="] = true, ["!="] = true, ["<="] = true, [">="] = true }
@@ -1040,7 +1064,8 @@ local function statement(P, body, stack, open)
 end
 
 -- Parses the whole template into a list of nodes:
---   { t = "text", s } | { t = "out", value } | { t = "if", branches, else_body }
+--   { t = "text", parts = { pieces of text to join } } | { t = "out", value }
+--   | { t = "if", branches, else_body }
 --   | { t = "for", slot, iter, body, else_body }
 local function parse_template(P)
     local src = P.src
@@ -1051,18 +1076,19 @@ local function parse_template(P)
         local open = find(src, "{[{%%#]", pos)
         local text = sub(src, pos, (open or #src + 1) - 1)
         if trim_next then
-            text = match(text, "^%s*(.*)$")
+            text = sub(text, find(text, "%S") or #text + 1)
         end
         local trim_before = open and byte(src, open + 2) == 45 -- "-"
         if trim_before then
-            text = sub(text, 1, (find(text, "%s*$")) - 1)
+            text = sub(text, 1, last_non_space(text, #text))
         end
         if text ~= "" then
+            -- text around comments: pieces joined once, when compiled
             local last = body[#body]
             if last and last.t == "text" then
-                last.s = last.s .. text
+                last.parts[#last.parts + 1] = text
             else
-                body[#body + 1] = { t = "text", s = text }
+                body[#body + 1] = { t = "text", parts = { text } }
             end
         end
         if not open then
@@ -1443,7 +1469,7 @@ compile_block = function(P, nodes)
     for i, node in ipairs(nodes) do
         local t = node.t
         if t == "text" then
-            local s = node.s
+            local s = concat(node.parts)
             fns[i] = function(_, _, out, n)
                 n = n + 1
                 out[n] = s
@@ -1518,7 +1544,7 @@ function template.compile(source, opts)
             return ""
         end
     elseif #root == 1 and root[1].t == "text" then
-        local s = root[1].s
+        local s = concat(root[1].parts)
         return function()
             return s
         end
