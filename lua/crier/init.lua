@@ -606,7 +606,25 @@ crier.channel_kinds = {
 -- (crier serve and crier try: PostgreSQL, read-only; crier.testing: a fake
 -- directory). function(name, sql, params) -> rows (a list of { column =
 -- value } with string values) or nil, err.
-local query_mt = { __index = {} }
+-- The metatable of objects a rule holds but may not change (queries, pages):
+-- the object is empty, its fields live in `fields` (weak by object), a write
+-- raises, and the metatable is protected (rules see it as a read-only view).
+local function sealed_metatable(what, fields)
+    local mt = {
+        __index = function(object, k)
+            return fields[object][k]
+        end,
+        __newindex = function(_, k)
+            error(format("rules may not change %s (its %s): it is fixed when the rules load", what, tostring(k)), 2)
+        end,
+    }
+    mt.__metatable = mt
+    return mt
+end
+
+-- Query objects: read-only, so the SQL stays what was declared.
+local query_fields = setmetatable({}, { __mode = "k" })
+local query_mt = sealed_metatable("a crier.query", query_fields)
 crier.query_mt = query_mt
 
 -- crier.query(name, sql): declares a read-only, parameterised query at load
@@ -631,7 +649,8 @@ function crier.query(name, sql)
         problem(registry, at, format("crier.query \"%s\" is declared twice (first at %s)", name,
             registry.queries[name].where))
     end
-    local q = setmetatable({ name = name, sql = sql, n_params = n, where = at }, query_mt)
+    local q = setmetatable({}, query_mt)
+    query_fields[q] = { name = name, sql = sql, n_params = n, where = at }
     registry.queries[name] = q
     return q
 end
@@ -639,6 +658,10 @@ end
 -- Runs a declared query with params (a list); used by calling the query object.
 -- page (crier.pages only) tells a fake backend which page is wanted.
 function crier.run_query(q, params, page)
+    q = query_fields[q]
+    if not q then
+        error("crier.run_query: not a query declared with crier.query", 2)
+    end
     local registry = current
     if not registry or registry.phase ~= "run" then
         error(format("crier.query \"%s\" can only run while a rule runs, not while rules load", q.name), 3)
@@ -673,7 +696,9 @@ query_mt.__call = function(q, ...)
     return crier.run_query(q, { ... })
 end
 
-local pages_mt = {}
+-- Pages objects are read-only like queries.
+local pages_fields = setmetatable({}, { __mode = "k" })
+local pages_mt = sealed_metatable("a crier.pages", pages_fields)
 crier.pages_mt = pages_mt
 
 -- crier.pages { query = q, params = function(event) return { ... } end,
@@ -688,7 +713,7 @@ crier.pages_mt = pages_mt
 function crier.pages(spec)
     local registry = loading_registry("crier.pages")
     local at = where(2)
-    if type(spec) ~= "table" or getmetatable(spec.query) ~= query_mt then
+    if type(spec) ~= "table" or not query_fields[spec.query] then
         error("crier.pages: expected { query = crier.query(...), params = function(event) ... end, "
             .. "cursor = \"id\", page_size = 1000 }", 2)
     end
@@ -708,8 +733,10 @@ function crier.pages(spec)
                 .. "first, page_size)", tostring(k)))
         end
     end
-    return setmetatable({ query = spec.query, params = spec.params, cursor = spec.cursor or "id",
-        first = spec.first ~= nil and tostring(spec.first) or "", page_size = size }, pages_mt)
+    local p = setmetatable({}, pages_mt)
+    pages_fields[p] = { query = spec.query, params = spec.params, cursor = spec.cursor or "id",
+        first = spec.first ~= nil and tostring(spec.first) or "", page_size = size }
+    return p
 end
 
 ---------------------------------------------------------------------------
@@ -741,6 +768,60 @@ function crier.deciding_preference(prefs, event_type, channel)
         end
     end
     return best
+end
+
+---------------------------------------------------------------------------
+-- Filters of one's own
+
+local function file_of(at)
+    return match(at, "^(.*):%d+$") or at
+end
+
+-- crier.filter(name, fn): declares a template filter for the templates of
+-- the rules declared after it in the same file; other files do not see it
+-- (the built-in filters are shared and read-only). fn(value, args) gets the
+-- value (nil or json.null when missing) and the arguments' values, and
+-- returns the new value, or nil and a message that fails the render; it runs
+-- under the rules' limits. A built-in filter's name, or a name declared twice
+-- in a file, is a load error at the declaration's line; a name that is not a
+-- word or a fn that is not a function raises.
+function crier.filter(name, fn)
+    local registry, at = loading_registry("crier.filter"), where(2)
+    if type(name) ~= "string" or not find(name, "^[%a_][%w_]*$") then
+        error("crier.filter: name must be a word like \"initials\", got " .. describe_value(name), 2)
+    elseif type(fn) ~= "function" then
+        error(format("crier.filter \"%s\": expected a function(value, args), got %s", name, type(fn)), 2)
+    end
+    if template.filters[name] then
+        problem(registry, at, format("crier.filter \"%s\": a built-in filter has this name; built-in filters "
+            .. "cannot be replaced, choose another name", name))
+        return
+    end
+    -- per file: { filters = the built-in ones and the file's, where = name -> file:line }
+    registry.file_filters = registry.file_filters or {}
+    local file = file_of(at)
+    local own = registry.file_filters[file]
+    if not own then
+        own = { filters = {}, where = {} }
+        for builtin, f in pairs(template.filters) do
+            own.filters[builtin] = f
+        end
+        registry.file_filters[file] = own
+    end
+    if own.where[name] then
+        problem(registry, at, format("crier.filter \"%s\" is declared twice in this file (first at %s)", name,
+            own.where[name]))
+        return
+    end
+    own.filters[name], own.where[name] = fn, at
+end
+
+-- The filters that templates of a rule declared at `at` may use: the
+-- built-in ones, plus those its file declared before it (nil: the built-in
+-- ones only).
+local function filters_for(registry, at)
+    local own = registry.file_filters and registry.file_filters[file_of(at)]
+    return own and own.filters
 end
 
 ---------------------------------------------------------------------------
@@ -877,6 +958,7 @@ function crier.rule(event_type)
                     check_fields(registry, at, what .. ": " .. kind, config, def.fields)
                     local function compile(source, opts, name)
                         opts.name = name or (kind .. ".body")
+                        opts.filters = filters_for(registry, at)
                         return template.compile(source, opts)
                     end
                     local compiled = def.check(config, report, compile)

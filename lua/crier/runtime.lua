@@ -63,7 +63,8 @@ local function message_only(err)
     return "(error object is a " .. type(err) .. " value)"
 end
 
--- Orders problem lines by file (in load order), then line, then as reported.
+-- Orders problem lines by file (in load order), then line, then as reported;
+-- a line reported twice is kept once.
 local function sort_problems(problems, files)
     local file_rank = {}
     for i, f in ipairs(files) do
@@ -82,9 +83,12 @@ local function sort_problems(problems, files)
         end
         return a.i < b.i
     end)
-    local out = {}
-    for i, k in ipairs(keyed) do
-        out[i] = k.line
+    local out, seen = {}, {}
+    for _, k in ipairs(keyed) do
+        if not seen[k.line] then -- (a write to a read-only table is recorded, then raised)
+            seen[k.line] = true
+            out[#out + 1] = k.line
+        end
     end
     return out
 end
