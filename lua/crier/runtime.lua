@@ -215,6 +215,10 @@ local function kind_of(v)
     return type(v)
 end
 
+-- The largest integer a double holds exactly, with all below it (2^53 - 1):
+-- integer fields beyond it would be silently rounded, so they are refused.
+local MAX_EXACT = 2 ^ 53 - 1
+
 local field_checks = {
     string = function(v) return type(v) == "string" end,
     number = function(v) return type(v) == "number" end,
@@ -248,6 +252,9 @@ local function check_payload(event_type, payload_json)
             if not field.optional then
                 msg = format("payload field '%s' is required (%s)", field.name, articles[field.type])
             end
+        elseif field.type == "integer" and type(v) == "number" and (v > MAX_EXACT or v < -MAX_EXACT) then
+            msg = format("payload field '%s' is outside the integers a rule can hold exactly (-9007199254740991 "
+                .. "to 9007199254740991, that is ±(2^53-1)); send larger values as strings", field.name)
         elseif not field_checks[field.type](v) then
             msg = format("payload field '%s' must be %s, got %s", field.name, articles[field.type], kind_of(v))
         end

@@ -47,8 +47,9 @@
 --                   negatives, fractional minor units rounded half away from
 --                   zero, no thousands separator unless group is given
 --                   (money('USD', ',') gives "1,234.50 USD"); decimal
---                   replaces ".". Digit strings ("123456") are exact at any
---                   size.
+--                   replaces ".". Numbers beyond ±(2^53-1) are refused (a
+--                   double does not hold them exactly); digit strings
+--                   ("123456") are exact at any size.
 --   date([format])  an ISO-8601 string (YYYY-MM-DD, optionally
 --                   THH:MM[:SS[.fff]] and Z or +HH:MM / -HHMM / +HH; no offset
 --                   means UTC; a leap second :60 rolls over) or unix
@@ -394,6 +395,9 @@ template.currency_decimals = {
     CLF = 4, UYW = 4,
 }
 
+-- The largest integer a double holds exactly, with all below it: 2^53 - 1.
+local MAX_EXACT = 2 ^ 53 - 1
+
 local function check_currency(code)
     if code == nil or code == null then
         return "money: the currency is missing"
@@ -422,10 +426,14 @@ local function money(value, args)
     currency = upper(currency)
     local negative, digits
     if type(value) == "number" then
-        if value ~= value or value >= 2 ^ 53 or value <= -2 ^ 53 then
-            return nil, "money: " .. describe(value) .. " is not an exact amount of minor units"
+        if value ~= value or value > MAX_EXACT or value < -MAX_EXACT then
+            return nil, "money: " .. describe(value) .. " is not an exact amount of minor units: it is outside "
+                .. "±9007199254740991, what a number holds exactly; pass larger amounts as a string of digits"
         end
-        local units = floor((value < 0 and -value or value) + 0.5)
+        local units = value < 0 and -value or value
+        if units ~= floor(units) then
+            units = floor(units + 0.5) -- (exact: a fraction means units < 2^52)
+        end
         negative, digits = value < 0 and units ~= 0, format("%.0f", units)
     elseif type(value) == "string" and find(value, "^%-?%d+$") then
         negative = sub(value, 1, 1) == "-"
