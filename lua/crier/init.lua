@@ -204,14 +204,15 @@ crier.payload_types = {
     string = true, number = true, integer = true, boolean = true, table = true, array = true,
 }
 
-local event_type_fields = { description = true, payload = true, retry = true, required = true }
+local event_type_fields = { description = true, payload = true, retry = true, required = true, strict = true }
 
 -- crier.event_type(name) { description = "...", payload = { field = "type" } }
 -- Declares an event type in the generation being loaded. payload maps each
 -- field to one of crier.payload_types, "?"-suffixed when optional; fields not
--- named are allowed. Problems (bad type names, duplicates) are load errors
--- reported at the declaration's file:line. Calling it outside a load, or with
--- a name that is not a non-empty string, raises an error.
+-- named are allowed, unless strict = true. Problems (bad type names,
+-- duplicates) are load errors reported at the declaration's file:line.
+-- Calling it outside a load, or with a name that is not a non-empty string,
+-- raises an error.
 function crier.event_type(name)
     local registry = loading_registry("crier.event_type")
     if type(name) ~= "string" or not find(name, "^[%w_][%w_%.%-]*$") or #name > 200 then
@@ -256,17 +257,28 @@ function crier.event_type(name)
             problem(registry, at, format("%s is declared twice (first at %s)", what, previous.where))
             return
         end
+        local declared, names = {}, {}
+        for i, f in ipairs(fields) do
+            declared[f.name], names[i] = f, f.name
+        end
         registry.event_types[name] = {
             name = name,
             where = at,
             description = spec.description,
             fields = fields,
+            declared = declared, -- field name -> its entry in fields
+            declared_names = concat(names, ", "),
             retry = spec.retry ~= nil and parse_retry_by_channel(registry, at, what, spec.retry) or {},
             required = spec.required == true,
+            strict = spec.strict == true,
         }
         if spec.required ~= nil and type(spec.required) ~= "boolean" then
             problem(registry, at, what .. ": required must be true or false (true: recipients' preferences "
                 .. "cannot mute it)")
+        end
+        if spec.strict ~= nil and type(spec.strict) ~= "boolean" then
+            problem(registry, at, what .. ": strict must be true or false (true: payload fields the type does "
+                .. "not declare are refused; false, the default: they are accepted)")
         end
         registry.event_type_order[#registry.event_type_order + 1] = name
     end
@@ -948,7 +960,7 @@ function crier.rule(event_type)
                 .. "once for an audience, fanned out when read), got " .. describe_value(spec.mode))
         end
 
-        local configs = {}
+        local configs, template_paths = {}, {}
         for kind, def in pairs(crier.channel_kinds) do
             local config = spec[kind]
             if config ~= nil then
@@ -959,7 +971,13 @@ function crier.rule(event_type)
                     local function compile(source, opts, name)
                         opts.name = name or (kind .. ".body")
                         opts.filters = filters_for(registry, at)
-                        return template.compile(source, opts)
+                        opts.paths = {}
+                        local fn, err = template.compile(source, opts)
+                        for _, use in ipairs(opts.paths) do
+                            use.template = opts.name
+                            template_paths[#template_paths + 1] = use
+                        end
+                        return fn, err
                     end
                     local compiled = def.check(config, report, compile)
                     local c = {}
@@ -991,8 +1009,66 @@ function crier.rule(event_type)
             mode = spec.mode or "write",
             audience = spec.audience,
             backfill = spec.backfill == true,
+            template_paths = template_paths, -- checked against the event type once every file has loaded
         }
         registry.rule_order[#registry.rule_order + 1] = event_type
+    end
+end
+
+---------------------------------------------------------------------------
+-- Template paths against the payload schema
+
+-- What templates see (crier.rule's template context) and what events hold.
+local template_names = { payload = true, event = true, recipient = true, id = true, tenant = true, type = true,
+    entity_id = true, cursor = true }
+local event_names = { payload = true, id = true, tenant = true, type = true, entity_id = true, cursor = true }
+local scalar_types = { string = "a string", number = "a number", integer = "an integer", boolean = "a boolean" }
+
+-- The problem with one path a template reads, or nil.
+local function path_problem(event_type, path)
+    local first = path[1]
+    local field_at
+    if not template_names[first] then
+        return format("template uses %s, but templates see only payload, event, recipient, id, tenant, type, "
+            .. "entity_id and cursor", concat(path, "."))
+    elseif first == "payload" then
+        field_at = 2
+    elseif first == "event" and path[2] == "payload" then
+        field_at = 3
+    elseif first == "event" and path[2] and not event_names[path[2]] then
+        return format("template uses %s, but events have only id, tenant, type, entity_id, payload and cursor",
+            concat(path, "."))
+    end
+    local name = field_at and path[field_at]
+    if not name then
+        return nil
+    end
+    local field = event_type.declared[name]
+    if not field then
+        local declared = event_type.declared_names
+        return format("template uses %s, which event type %s does not declare (%s)", concat(path, ".", 1, field_at),
+            event_type.name, declared ~= "" and "declared: " .. declared or "it declares no payload fields")
+    elseif path[field_at + 1] and scalar_types[field.type] then
+        return format("template uses %s, but %s is %s", concat(path, "."), concat(path, ".", 1, field_at),
+            scalar_types[field.type])
+    end
+end
+
+-- crier._check_template_paths(registry, rule): used by crier.runtime once
+-- every file has loaded (an event type may be declared in a later file).
+-- Reports, at the rule's file:line, each path its templates read that can
+-- never hold a value: a payload field the event type does not declare, a
+-- path below a field that is not a table, a name templates do not see.
+function crier._check_template_paths(registry, rule)
+    local event_type = registry.event_types[rule.event_type]
+    local reported = {}
+    for _, use in ipairs(rule.template_paths or {}) do
+        local msg = path_problem(event_type, use.path)
+        if msg and not reported[use.template .. msg] then
+            reported[use.template .. msg] = true
+            problem(registry, rule.where, format("rule '%s': %s:%d: %s (column %d)", rule.event_type, use.template,
+                use.line, msg, use.column))
+        end
     end
 end
 

@@ -183,6 +183,8 @@ function runtime.new_generation(files, settings)
             registry.problems[#registry.problems + 1] = format(
                 "%s: rule for undeclared event type '%s' (declare it with crier.event_type \"%s\" { ... })",
                 rule.where, name, name)
+        else
+            crier._check_template_paths(registry, rule)
         end
     end
     if #registry.problems > 0 then
@@ -261,6 +263,20 @@ local function check_payload(event_type, payload_json)
         if msg then
             problems = problems or {}
             problems[#problems + 1] = msg
+        end
+    end
+    if event_type.strict then
+        local undeclared = {}
+        for k in pairs(payload) do
+            if not event_type.declared[k] then
+                undeclared[#undeclared + 1] = k
+            end
+        end
+        sort(undeclared)
+        for _, k in ipairs(undeclared) do
+            problems = problems or {}
+            problems[#problems + 1] = format("payload field '%s' is not declared (strict = true; declared: %s)", k,
+                event_type.declared_names)
         end
     end
     if problems then
@@ -371,7 +387,13 @@ local function deliveries_for(rule, event, recipient)
     for _, name in ipairs(channels) do
         local kind = crier.channel_kinds[name]
         if not kind then
-            rule_fail(rule, format("unknown channel %s for recipient %q", describe(name), recipient.id))
+            local known = {}
+            for k in pairs(crier.channel_kinds) do
+                known[#known + 1] = k
+            end
+            sort(known)
+            rule_fail(rule, format("channels returned unknown channel %s for recipient %q (known: %s)", describe(name),
+                recipient.id, concat(known, ", ")))
         end
         local config = rule.configs[name]
         if not config then

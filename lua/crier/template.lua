@@ -814,7 +814,13 @@ local function resolve_path(P, t)
         end
         return { t = "loop", field = field, slot = P.scopes[#P.scopes].slot, p = t.p, e = t.e }
     end
-    node = node or { t = "ctx" }
+    if not node then
+        node = { t = "ctx" }
+        if P.paths then
+            local line, column = locate(P, t.p)
+            P.paths[#P.paths + 1] = { path = texts, line = line, column = column }
+        end
+    end
     local from = node.t == "var" and 2 or 1
     node.segs, node.alts = {}, {}
     for i = from, #segs do
@@ -1519,6 +1525,9 @@ end
 --   json    -- true: escape inserted values for use inside a JSON string
 --              literal (html wins when both are set)
 --   filters -- the filter table to use (default template.filters)
+--   paths   -- a list: compile appends { path = { "payload", "x", ... },
+--              line =, column = } for each path read from the context (not
+--              loop variables), so a caller can check them against a schema
 -- Errors read "<name>:<line>: <problem> (column <c>)[; <hint>]". The render
 -- function returns the text, or nil, err (same form) when a value is missing
 -- and has no default, is a table, or a filter or comparison fails; ctx is
@@ -1539,6 +1548,7 @@ function template.compile(source, opts)
         lines = line_starts(source),
         scopes = {},
         slots = 0,
+        paths = opts.paths,
     }
     local ok, root = pcall(parse_template, P)
     if not ok then

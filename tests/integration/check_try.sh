@@ -49,6 +49,29 @@ out=$("$CRIER_BIN" try --rules "$WORK/leak" --no-db --tenant acme --type invoice
     --payload '{"amount_cents": 1250, "currency": "EUR"}') || fail "try of the clean rules failed: $out"
 echo "$out" | grep -q '12.50 EUR' || fail "b.lua renders with the built-in money filter: $out"
 
+# Templates are checked against the payload schema at load; a channels
+# function can only be checked when it runs, and try shows its error.
+mkdir -p "$WORK/authoring"
+cat >"$WORK/authoring/c.lua" <<'LUA'
+local crier = require "crier"
+crier.event_type "comment.created" { payload = { author = "string", body = "string" } }
+crier.rule "comment.created" {
+    recipients = { "ann" }, channels = { "feed" },
+    feed = { title = "{{ payload.autor }} commented" },
+}
+LUA
+check_fails "$WORK/authoring" "c.lua:3: rule 'comment.created': feed.title:1: template uses payload.autor, which \
+event type comment.created does not declare (declared: author, body)" "a template path the schema does not declare"
+sed -i 's/payload.autor/payload.author/; s/channels = { "feed" }/channels = function() return { "feed", "sms" } end/' \
+    "$WORK/authoring/c.lua"
+"$CRIER_BIN" check "$WORK/authoring" >/dev/null || fail "the fixed rules should pass check"
+if out=$("$CRIER_BIN" try --rules "$WORK/authoring" --no-db --tenant acme --type comment.created --entity c1 \
+        --payload '{"author": "ann", "body": "hi"}' 2>&1); then
+    fail "try should fail on a channels function returning an unknown channel: $out"
+fi
+echo "$out" | grep -q 'channels returned unknown channel "sms" for recipient "ann" (known: email, feed, kafka, webhook)' ||
+    fail "try names the unknown channel and the known ones: $out"
+
 cat >"$WORK/event.json" <<'JSON'
 {"tenant": "acme", "type": "invoice.created", "entity_id": "inv_42",
  "payload": {"invoice_id": "inv_42", "amount_cents": 1250, "currency": "EUR"}}
