@@ -147,7 +147,7 @@ function crier.parse_retry(schedule)
         local seconds
         if type(v) == "number" then
             seconds = v
-        elseif type(v) == "string" then
+        elseif type(v) == "string" and #v <= 32 then -- (the length keeps the pattern's backtracking short)
             local n, unit = match(v, "^(%d+%.?%d*)([smhd]?)$")
             if n then
                 seconds = tonumber(n) * duration_units[unit ~= "" and unit or "s"]
@@ -204,14 +204,15 @@ crier.payload_types = {
     string = true, number = true, integer = true, boolean = true, table = true, array = true,
 }
 
-local event_type_fields = { description = true, payload = true, retry = true, required = true }
+local event_type_fields = { description = true, payload = true, retry = true, required = true, strict = true }
 
 -- crier.event_type(name) { description = "...", payload = { field = "type" } }
 -- Declares an event type in the generation being loaded. payload maps each
 -- field to one of crier.payload_types, "?"-suffixed when optional; fields not
--- named are allowed. Problems (bad type names, duplicates) are load errors
--- reported at the declaration's file:line. Calling it outside a load, or with
--- a name that is not a non-empty string, raises an error.
+-- named are allowed, unless strict = true. Problems (bad type names,
+-- duplicates) are load errors reported at the declaration's file:line.
+-- Calling it outside a load, or with a name that is not a non-empty string,
+-- raises an error.
 function crier.event_type(name)
     local registry = loading_registry("crier.event_type")
     if type(name) ~= "string" or not find(name, "^[%w_][%w_%.%-]*$") or #name > 200 then
@@ -256,17 +257,28 @@ function crier.event_type(name)
             problem(registry, at, format("%s is declared twice (first at %s)", what, previous.where))
             return
         end
+        local declared, names = {}, {}
+        for i, f in ipairs(fields) do
+            declared[f.name], names[i] = f, f.name
+        end
         registry.event_types[name] = {
             name = name,
             where = at,
             description = spec.description,
             fields = fields,
+            declared = declared, -- field name -> its entry in fields
+            declared_names = concat(names, ", "),
             retry = spec.retry ~= nil and parse_retry_by_channel(registry, at, what, spec.retry) or {},
             required = spec.required == true,
+            strict = spec.strict == true,
         }
         if spec.required ~= nil and type(spec.required) ~= "boolean" then
             problem(registry, at, what .. ": required must be true or false (true: recipients' preferences "
                 .. "cannot mute it)")
+        end
+        if spec.strict ~= nil and type(spec.strict) ~= "boolean" then
+            problem(registry, at, what .. ": strict must be true or false (true: payload fields the type does "
+                .. "not declare are refused; false, the default: they are accepted)")
         end
         registry.event_type_order[#registry.event_type_order + 1] = name
     end
@@ -606,7 +618,25 @@ crier.channel_kinds = {
 -- (crier serve and crier try: PostgreSQL, read-only; crier.testing: a fake
 -- directory). function(name, sql, params) -> rows (a list of { column =
 -- value } with string values) or nil, err.
-local query_mt = { __index = {} }
+-- The metatable of objects a rule holds but may not change (queries, pages):
+-- the object is empty, its fields live in `fields` (weak by object), a write
+-- raises, and the metatable is protected (rules see it as a read-only view).
+local function sealed_metatable(what, fields)
+    local mt = {
+        __index = function(object, k)
+            return fields[object][k]
+        end,
+        __newindex = function(_, k)
+            error(format("rules may not change %s (its %s): it is fixed when the rules load", what, tostring(k)), 2)
+        end,
+    }
+    mt.__metatable = mt
+    return mt
+end
+
+-- Query objects: read-only, so the SQL stays what was declared.
+local query_fields = setmetatable({}, { __mode = "k" })
+local query_mt = sealed_metatable("a crier.query", query_fields)
 crier.query_mt = query_mt
 
 -- crier.query(name, sql): declares a read-only, parameterised query at load
@@ -631,7 +661,8 @@ function crier.query(name, sql)
         problem(registry, at, format("crier.query \"%s\" is declared twice (first at %s)", name,
             registry.queries[name].where))
     end
-    local q = setmetatable({ name = name, sql = sql, n_params = n, where = at }, query_mt)
+    local q = setmetatable({}, query_mt)
+    query_fields[q] = { name = name, sql = sql, n_params = n, where = at }
     registry.queries[name] = q
     return q
 end
@@ -639,6 +670,10 @@ end
 -- Runs a declared query with params (a list); used by calling the query object.
 -- page (crier.pages only) tells a fake backend which page is wanted.
 function crier.run_query(q, params, page)
+    q = query_fields[q]
+    if not q then
+        error("crier.run_query: not a query declared with crier.query", 2)
+    end
     local registry = current
     if not registry or registry.phase ~= "run" then
         error(format("crier.query \"%s\" can only run while a rule runs, not while rules load", q.name), 3)
@@ -673,7 +708,9 @@ query_mt.__call = function(q, ...)
     return crier.run_query(q, { ... })
 end
 
-local pages_mt = {}
+-- Pages objects are read-only like queries.
+local pages_fields = setmetatable({}, { __mode = "k" })
+local pages_mt = sealed_metatable("a crier.pages", pages_fields)
 crier.pages_mt = pages_mt
 
 -- crier.pages { query = q, params = function(event) return { ... } end,
@@ -688,7 +725,7 @@ crier.pages_mt = pages_mt
 function crier.pages(spec)
     local registry = loading_registry("crier.pages")
     local at = where(2)
-    if type(spec) ~= "table" or getmetatable(spec.query) ~= query_mt then
+    if type(spec) ~= "table" or not query_fields[spec.query] then
         error("crier.pages: expected { query = crier.query(...), params = function(event) ... end, "
             .. "cursor = \"id\", page_size = 1000 }", 2)
     end
@@ -708,8 +745,10 @@ function crier.pages(spec)
                 .. "first, page_size)", tostring(k)))
         end
     end
-    return setmetatable({ query = spec.query, params = spec.params, cursor = spec.cursor or "id",
-        first = spec.first ~= nil and tostring(spec.first) or "", page_size = size }, pages_mt)
+    local p = setmetatable({}, pages_mt)
+    pages_fields[p] = { query = spec.query, params = spec.params, cursor = spec.cursor or "id",
+        first = spec.first ~= nil and tostring(spec.first) or "", page_size = size }
+    return p
 end
 
 ---------------------------------------------------------------------------
@@ -741,6 +780,60 @@ function crier.deciding_preference(prefs, event_type, channel)
         end
     end
     return best
+end
+
+---------------------------------------------------------------------------
+-- Filters of one's own
+
+local function file_of(at)
+    return match(at, "^(.*):%d+$") or at
+end
+
+-- crier.filter(name, fn): declares a template filter for the templates of
+-- the rules declared after it in the same file; other files do not see it
+-- (the built-in filters are shared and read-only). fn(value, args) gets the
+-- value (nil or json.null when missing) and the arguments' values, and
+-- returns the new value, or nil and a message that fails the render; it runs
+-- under the rules' limits. A built-in filter's name, or a name declared twice
+-- in a file, is a load error at the declaration's line; a name that is not a
+-- word or a fn that is not a function raises.
+function crier.filter(name, fn)
+    local registry, at = loading_registry("crier.filter"), where(2)
+    if type(name) ~= "string" or not find(name, "^[%a_][%w_]*$") then
+        error("crier.filter: name must be a word like \"initials\", got " .. describe_value(name), 2)
+    elseif type(fn) ~= "function" then
+        error(format("crier.filter \"%s\": expected a function(value, args), got %s", name, type(fn)), 2)
+    end
+    if template.filters[name] then
+        problem(registry, at, format("crier.filter \"%s\": a built-in filter has this name; built-in filters "
+            .. "cannot be replaced, choose another name", name))
+        return
+    end
+    -- per file: { filters = the built-in ones and the file's, where = name -> file:line }
+    registry.file_filters = registry.file_filters or {}
+    local file = file_of(at)
+    local own = registry.file_filters[file]
+    if not own then
+        own = { filters = {}, where = {} }
+        for builtin, f in pairs(template.filters) do
+            own.filters[builtin] = f
+        end
+        registry.file_filters[file] = own
+    end
+    if own.where[name] then
+        problem(registry, at, format("crier.filter \"%s\" is declared twice in this file (first at %s)", name,
+            own.where[name]))
+        return
+    end
+    own.filters[name], own.where[name] = fn, at
+end
+
+-- The filters that templates of a rule declared at `at` may use: the
+-- built-in ones, plus those its file declared before it (nil: the built-in
+-- ones only).
+local function filters_for(registry, at)
+    local own = registry.file_filters and registry.file_filters[file_of(at)]
+    return own and own.filters
 end
 
 ---------------------------------------------------------------------------
@@ -867,7 +960,7 @@ function crier.rule(event_type)
                 .. "once for an audience, fanned out when read), got " .. describe_value(spec.mode))
         end
 
-        local configs = {}
+        local configs, template_paths = {}, {}
         for kind, def in pairs(crier.channel_kinds) do
             local config = spec[kind]
             if config ~= nil then
@@ -877,7 +970,14 @@ function crier.rule(event_type)
                     check_fields(registry, at, what .. ": " .. kind, config, def.fields)
                     local function compile(source, opts, name)
                         opts.name = name or (kind .. ".body")
-                        return template.compile(source, opts)
+                        opts.filters = filters_for(registry, at)
+                        opts.paths = {}
+                        local fn, err = template.compile(source, opts)
+                        for _, use in ipairs(opts.paths) do
+                            use.template = opts.name
+                            template_paths[#template_paths + 1] = use
+                        end
+                        return fn, err
                     end
                     local compiled = def.check(config, report, compile)
                     local c = {}
@@ -909,8 +1009,66 @@ function crier.rule(event_type)
             mode = spec.mode or "write",
             audience = spec.audience,
             backfill = spec.backfill == true,
+            template_paths = template_paths, -- checked against the event type once every file has loaded
         }
         registry.rule_order[#registry.rule_order + 1] = event_type
+    end
+end
+
+---------------------------------------------------------------------------
+-- Template paths against the payload schema
+
+-- What templates see (crier.rule's template context) and what events hold.
+local template_names = { payload = true, event = true, recipient = true, id = true, tenant = true, type = true,
+    entity_id = true, cursor = true }
+local event_names = { payload = true, id = true, tenant = true, type = true, entity_id = true, cursor = true }
+local scalar_types = { string = "a string", number = "a number", integer = "an integer", boolean = "a boolean" }
+
+-- The problem with one path a template reads, or nil.
+local function path_problem(event_type, path)
+    local first = path[1]
+    local field_at
+    if not template_names[first] then
+        return format("template uses %s, but templates see only payload, event, recipient, id, tenant, type, "
+            .. "entity_id and cursor", concat(path, "."))
+    elseif first == "payload" then
+        field_at = 2
+    elseif first == "event" and path[2] == "payload" then
+        field_at = 3
+    elseif first == "event" and path[2] and not event_names[path[2]] then
+        return format("template uses %s, but events have only id, tenant, type, entity_id, payload and cursor",
+            concat(path, "."))
+    end
+    local name = field_at and path[field_at]
+    if not name then
+        return nil
+    end
+    local field = event_type.declared[name]
+    if not field then
+        local declared = event_type.declared_names
+        return format("template uses %s, which event type %s does not declare (%s)", concat(path, ".", 1, field_at),
+            event_type.name, declared ~= "" and "declared: " .. declared or "it declares no payload fields")
+    elseif path[field_at + 1] and scalar_types[field.type] then
+        return format("template uses %s, but %s is %s", concat(path, "."), concat(path, ".", 1, field_at),
+            scalar_types[field.type])
+    end
+end
+
+-- crier._check_template_paths(registry, rule): used by crier.runtime once
+-- every file has loaded (an event type may be declared in a later file).
+-- Reports, at the rule's file:line, each path its templates read that can
+-- never hold a value: a payload field the event type does not declare, a
+-- path below a field that is not a table, a name templates do not see.
+function crier._check_template_paths(registry, rule)
+    local event_type = registry.event_types[rule.event_type]
+    local reported = {}
+    for _, use in ipairs(rule.template_paths or {}) do
+        local msg = path_problem(event_type, use.path)
+        if msg and not reported[use.template .. msg] then
+            reported[use.template .. msg] = true
+            problem(registry, rule.where, format("rule '%s': %s:%d: %s (column %d)", rule.event_type, use.template,
+                use.line, msg, use.column))
+        end
     end
 end
 

@@ -47,7 +47,9 @@ local function problem_line(msg, path, files)
     if not find(msg, "^[^\n]-:%d+: ") then
         msg = path .. ": " .. msg
     end
-    return (gsub(msg, "%s*\n%s*", " "))
+    return (gsub(msg, "%s+", function(space) -- (not "%s*\n%s*": quadratic on long runs of spaces)
+        return find(space, "\n", 1, true) and " " or nil
+    end))
 end
 
 local function message_only(err)
@@ -61,7 +63,8 @@ local function message_only(err)
     return "(error object is a " .. type(err) .. " value)"
 end
 
--- Orders problem lines by file (in load order), then line, then as reported.
+-- Orders problem lines by file (in load order), then line, then as reported;
+-- a line reported twice is kept once.
 local function sort_problems(problems, files)
     local file_rank = {}
     for i, f in ipairs(files) do
@@ -80,9 +83,12 @@ local function sort_problems(problems, files)
         end
         return a.i < b.i
     end)
-    local out = {}
-    for i, k in ipairs(keyed) do
-        out[i] = k.line
+    local out, seen = {}, {}
+    for _, k in ipairs(keyed) do
+        if not seen[k.line] then -- (a write to a read-only table is recorded, then raised)
+            seen[k.line] = true
+            out[#out + 1] = k.line
+        end
     end
     return out
 end
@@ -177,6 +183,8 @@ function runtime.new_generation(files, settings)
             registry.problems[#registry.problems + 1] = format(
                 "%s: rule for undeclared event type '%s' (declare it with crier.event_type \"%s\" { ... })",
                 rule.where, name, name)
+        else
+            crier._check_template_paths(registry, rule)
         end
     end
     if #registry.problems > 0 then
@@ -208,6 +216,10 @@ local function kind_of(v)
     end
     return type(v)
 end
+
+-- The largest integer a double holds exactly, with all below it (2^53 - 1):
+-- integer fields beyond it would be silently rounded, so they are refused.
+local MAX_EXACT = 2 ^ 53 - 1
 
 local field_checks = {
     string = function(v) return type(v) == "string" end,
@@ -242,12 +254,29 @@ local function check_payload(event_type, payload_json)
             if not field.optional then
                 msg = format("payload field '%s' is required (%s)", field.name, articles[field.type])
             end
+        elseif field.type == "integer" and type(v) == "number" and (v > MAX_EXACT or v < -MAX_EXACT) then
+            msg = format("payload field '%s' is outside the integers a rule can hold exactly (-9007199254740991 "
+                .. "to 9007199254740991, that is ±(2^53-1)); send larger values as strings", field.name)
         elseif not field_checks[field.type](v) then
             msg = format("payload field '%s' must be %s, got %s", field.name, articles[field.type], kind_of(v))
         end
         if msg then
             problems = problems or {}
             problems[#problems + 1] = msg
+        end
+    end
+    if event_type.strict then
+        local undeclared = {}
+        for k in pairs(payload) do
+            if not event_type.declared[k] then
+                undeclared[#undeclared + 1] = k
+            end
+        end
+        sort(undeclared)
+        for _, k in ipairs(undeclared) do
+            problems = problems or {}
+            problems[#problems + 1] = format("payload field '%s' is not declared (strict = true; declared: %s)", k,
+                event_type.declared_names)
         end
     end
     if problems then
@@ -381,7 +410,13 @@ local function deliveries_for(rule, event, recipient)
     for _, name in ipairs(channels) do
         local kind = crier.channel_kinds[name]
         if not kind then
-            rule_fail(rule, format("unknown channel %s for recipient %q", describe(name), recipient.id))
+            local known = {}
+            for k in pairs(crier.channel_kinds) do
+                known[#known + 1] = k
+            end
+            sort(known)
+            rule_fail(rule, format("channels returned unknown channel %s for recipient %q (known: %s)", describe(name),
+                recipient.id, concat(known, ", ")))
         end
         local config = rule.configs[name]
         if not config then

@@ -1,26 +1,35 @@
 -- crier.sandbox: what rule code may see and how long it may run.
 --
 -- Rule files run in an allow-listed environment: the safe parts of the base
--- library, copies of string/table/math, os.time/clock/date, and a require that
--- only returns crier's own pure-Lua modules. No io, os.execute, load,
--- loadstring, loadfile, dofile, debug, ffi, jit, coroutine, collectgarbage, C
--- modules or package; no setfenv/getfenv, rawset or string.dump. Globals are
--- read-only: a write raises (rules keep state in locals), so nothing leaks from
--- one event to the next through the environment, and reading a global that is
--- not provided raises with the list of what is.
+-- library, string/table/math, os.time/clock/date, and a require that only
+-- returns crier's own pure-Lua modules. No io, os.execute, load, loadstring,
+-- loadfile, dofile, debug, ffi, jit, coroutine, collectgarbage, C modules or
+-- package; no setfenv/getfenv, rawset or string.dump (not even as ("").dump:
+-- while rule code runs, the string methods are the rules' own library).
+-- Globals are read-only: a write raises (rules keep state in locals), so
+-- nothing leaks from one event to the next through the environment, and
+-- reading a global that is not provided raises with the list of what is.
+-- Every table a rule can reach that is shared — the libraries, crier's
+-- modules and their tables (template filters, currency decimals, json's
+-- metatables) — is a read-only view: a write raises "rules may not change
+-- X: ...", and while rules load it is also a load problem at the writer's
+-- file:line even when the rule catches the error, so one file cannot change
+-- what another file (or the engine) sees.
 --
 -- Every rule call (and the loading of rule files) runs under limits: an
 -- instruction budget and a CPU-time budget (os.clock) checked by a count hook, and a
 -- memory ceiling checked there too (the engine also caps its Lua state's
 -- allocator). Rule functions are kept out of the JIT compiler (jit.off(f,
 -- true)), because compiled loops do not run hooks. A limit error cannot be
--- caught by the rule's own pcall. Pure Lua: works in LuaJIT, crier serve and
+-- caught by the rule's own pcall. One C call is not interrupted by the hook:
+-- rules' pattern functions are bounded before they run (crier.patterns) and
+-- the clock is read after them. Pure Lua: works in LuaJIT, crier serve and
 -- nginx.
 
 local ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall =
     ipairs, type, pairs, error, tostring, tonumber, setmetatable, getmetatable, select, unpack, pcall, xpcall
 local collectgarbage, require = collectgarbage, require
-local format, match, concat, sort = string.format, string.match, table.concat, table.sort
+local format, match, sub, concat, sort = string.format, string.match, string.sub, table.concat, table.sort
 -- The wall clock of the limits: monotonic seconds (clock_gettime through the
 -- FFI in LuaJIT, in crier serve and nginx alike); os.clock — the process's CPU
 -- time, which other threads share — only where there is no FFI.
@@ -42,8 +51,10 @@ do
         end
     end
 end
-local sethook, gethook = debug.sethook, debug.gethook
+local sethook, gethook, getinfo = debug.sethook, debug.gethook, debug.getinfo
 local jit = rawget(_G, "jit")
+local patterns = require "crier.patterns"
+local json = require "crier.json"
 
 local sandbox = {}
 
@@ -89,7 +100,7 @@ function sandbox.parse_limits(spec)
             out.instructions = v
         elseif k == "time" then
             local seconds = v
-            if type(v) == "string" then
+            if type(v) == "string" and #v <= 32 then -- (short: the pattern backtracks)
                 local n, unit = match(v, "^(%d+%.?%d*)(m?s?)$")
                 seconds = n and time_units[unit] and tonumber(n) * time_units[unit]
             end
@@ -100,7 +111,7 @@ function sandbox.parse_limits(spec)
             out.time = seconds
         elseif k == "memory" then
             local bytes = v
-            if type(v) == "string" then
+            if type(v) == "string" and #v <= 32 then
                 local n, unit = match(v, "^(%d+)%s*(%u*)$")
                 bytes = n and units[unit] and tonumber(n) * units[unit]
             end
@@ -165,10 +176,39 @@ local function hook()
     end
 end
 
-local finish_handler, old_hook, old_mask, old_count
+-- Matching steps of the rules' pattern functions since the clock was last
+-- read: the hook counts VM instructions only, and a loop of a few hundred
+-- instructions can make many long C calls.
+local c_steps = 0
+local CLOCK_EVERY = 1e6
+
+-- after(steps, ...): called by the rules' string library after a C call with
+-- its estimated steps and results; returns the results, or raises a limit
+-- error (the hook's checks run every CLOCK_EVERY steps).
+local function after_c_call(steps, ...)
+    if active then
+        c_steps = c_steps + steps
+        if c_steps > CLOCK_EVERY or tripped then
+            c_steps = 0
+            hook()
+        end
+    end
+    return ...
+end
+
+-- The string library rules get, as string.* and as the methods of string
+-- values while rule code runs (the string metatable is shared by the whole
+-- VM: outside rule calls its __index is restored).
+local rules_string = patterns.string_library(after_c_call, function()
+    return (active and run_limits or sandbox.default_limits).memory
+end)
+local string_mt = getmetatable("")
+
+local finish_handler, old_hook, old_mask, old_count, old_string_index
 
 local function finish(ok, ...)
     active = false
+    string_mt.__index = old_string_index
     if old_hook then
         sethook(old_hook, old_mask, old_count)
     else
@@ -195,6 +235,8 @@ function sandbox.run(limits, fn, handler, ...)
     memory_kb, base_kb = limits.memory / 1024, collectgarbage("count")
     used, tripped = 0, nil
     old_hook, old_mask, old_count = gethook()
+    old_string_index, string_mt.__index = string_mt.__index, rules_string
+    c_steps = 0
     sethook(hook, "", HOOK_EVERY)
     return finish(xpcall(fn, handler, ...))
 end
@@ -208,12 +250,10 @@ function sandbox.protect(fn)
     return fn
 end
 
-local function copy(t, except)
+local function copy(t)
     local c = {}
     for k, v in pairs(t) do
-        if not (except and except[k]) then
-            c[k] = v
-        end
+        c[k] = v
     end
     return c
 end
@@ -259,33 +299,76 @@ local allowed_modules = {
 -- (not its internals, such as the registry or the channel kinds, which a rule
 -- could otherwise change for every later event).
 local crier_public = {
-    "event_type", "rule", "setting", "query", "pages", "retry", "limits", "parse_retry", "preference_allows",
+    "event_type", "rule", "filter", "setting", "query", "pages", "retry", "limits", "parse_retry",
+    "preference_allows",
 }
 
-local function readonly(name, module)
+-- Raises "rules may not change <name>.<key>: <why>" at the writer's line; while
+-- rules load, the attempt is also a load problem at that file:line, so that
+-- `crier check` reports it even when the rule catches the error.
+local function refuse(name, key, why)
+    local message = format("rules may not change %s.%s: %s", name, tostring(key), why)
+    local registry = require("crier")._registry()
+    local info = getinfo(3, "Sl")
+    if registry and registry.phase == "load" and info and info.currentline and info.currentline > 0 then
+        local src = info.source or "?"
+        src = sub(src, 1, 1) == "@" and sub(src, 2) or info.short_src
+        registry.problems[#registry.problems + 1] = src .. ":" .. info.currentline .. ": " .. message
+    end
+    error(message, 3)
+end
+
+-- A read-only table whose reads come from source (a table, or a function(key)).
+local function read_only(name, why, source)
     return setmetatable({}, {
-        __index = module,
+        __index = source,
         __newindex = function(_, k)
-            error(format("rules may not change %s.%s", name, tostring(k)), 2)
+            refuse(name, k, why)
         end,
         __metatable = false,
     })
 end
 
+-- Read-only views of crier's shared tables, one per table (a view cannot be
+-- changed, so every file and generation can share it): nested tables are
+-- views too, except the JSON sentinels, which are read-only themselves and
+-- must keep their identity (v == json.null).
+local views = {}
+local as_is = { [json.null] = true, [json.empty_array] = true }
+
+local function view(name, t, why)
+    local v = views[t]
+    if not v then
+        v = read_only(name, why, function(_, k)
+            local value = t[k]
+            if type(value) == "table" and not as_is[value] then
+                return view(name .. "." .. tostring(k), value, why)
+            end
+            return value
+        end)
+        views[t] = v
+    end
+    return v
+end
+
+local MODULE_WHY = "crier's modules are shared by every rule file and by the engine"
+
+local function module_view(name)
+    local why = MODULE_WHY
+    if name == "crier.template" then
+        why = why .. " (a filter for your own templates: crier.filter(name, function(value, args) ... end))"
+    end
+    return view(name, require(name), why)
+end
+
 local function crier_view()
     local crier = require "crier"
-    local view = {}
+    local public = {}
     for _, name in ipairs(crier_public) do
-        view[name] = crier[name]
+        public[name] = crier[name]
     end
-    view.json = readonly("crier.json", require "crier.json")
-    return setmetatable({}, {
-        __index = view,
-        __newindex = function(_, k)
-            error(format("rules may not change crier.%s", tostring(k)), 2)
-        end,
-        __metatable = false,
-    })
+    public.json = module_view("crier.json")
+    return read_only("crier", MODULE_WHY, public)
 end
 
 local function safe_require(name)
@@ -296,16 +379,39 @@ local function safe_require(name)
     if name == "crier" then
         return crier_view()
     end
-    -- a read-only view: the module table is shared with the engine
-    return readonly(name, require(name))
+    return module_view(name)
 end
+
+-- Metatables crier shares between objects, which rules see as views.
+local shared_metatables
 
 local function safe_getmetatable(v)
     if type(v) == "string" then
         return nil -- the string metatable is shared: not the rules' to change
     end
-    return getmetatable(v)
+    local mt = getmetatable(v)
+    if not shared_metatables then
+        local crier = require "crier"
+        shared_metatables = { [json.array_mt] = "crier.json.array_mt", [crier.query_mt] = "crier.query_mt",
+            [crier.pages_mt] = "crier.pages_mt" }
+    end
+    local name = shared_metatables[mt]
+    if name then
+        return view(name, mt, MODULE_WHY)
+    end
+    return mt
 end
+
+local LIBRARY_WHY = "the standard libraries are shared by every rule file; keep your own functions in locals"
+
+-- The libraries rules see: read-only views of private copies (string is the
+-- bounded library of crier.patterns).
+local libraries = {
+    string = read_only("string", LIBRARY_WHY, rules_string),
+    table = read_only("table", LIBRARY_WHY, copy(table)),
+    math = read_only("math", LIBRARY_WHY, copy(math)),
+    os = read_only("os", LIBRARY_WHY, { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime }),
+}
 
 -- sandbox.env(): a fresh environment for one generation's rule files.
 function sandbox.env()
@@ -314,8 +420,7 @@ function sandbox.env()
         pcall = safe_pcall, xpcall = safe_xpcall, select = select, tonumber = tonumber,
         tostring = tostring, type = type, unpack = unpack, rawequal = rawequal, rawget = rawget,
         setmetatable = setmetatable, getmetatable = safe_getmetatable, require = safe_require,
-        string = copy(string, { dump = true }), table = copy(table), math = copy(math),
-        os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime },
+        string = libraries.string, table = libraries.table, math = libraries.math, os = libraries.os,
         _VERSION = _VERSION,
     }
     local names = {}

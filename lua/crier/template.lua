@@ -33,7 +33,8 @@
 --                               whitespace (newlines included) on that side.
 --
 -- Filters (template.filters; a missing value passes through as nil, so it
--- can be followed by default):
+-- can be followed by default; each takes time linear in its input, as does
+-- compiling, since one call cannot be interrupted by the rules' limits):
 --   default(x)      x when the value is missing or null
 --   upper, lower    ASCII case mapping (other bytes unchanged)
 --   trim            strips leading and trailing whitespace
@@ -46,8 +47,9 @@
 --                   negatives, fractional minor units rounded half away from
 --                   zero, no thousands separator unless group is given
 --                   (money('USD', ',') gives "1,234.50 USD"); decimal
---                   replaces ".". Digit strings ("123456") are exact at any
---                   size.
+--                   replaces ".". Numbers beyond ±(2^53-1) are refused (a
+--                   double does not hold them exactly); digit strings
+--                   ("123456") are exact at any size.
 --   date([format])  an ISO-8601 string (YYYY-MM-DD, optionally
 --                   THH:MM[:SS[.fff]] and Z or +HH:MM / -HHMM / +HH; no offset
 --                   means UTC; a leap second :60 rolls over) or unix
@@ -179,6 +181,30 @@ local function utf8_prefix(s, n)
         end
     end
     return s
+end
+
+-- Whitespace as %s sees it: space, \t, \n, \v, \f, \r.
+local function is_space(b)
+    return b == 32 or (b and b >= 9 and b <= 13)
+end
+
+-- The index of the last byte of s[1..last] that is not whitespace (0 when
+-- none): a backward scan, linear where match(s, "^(.-)%s*$") is quadratic on
+-- runs of whitespace.
+local function last_non_space(s, last)
+    while last > 0 and is_space(byte(s, last)) do
+        last = last - 1
+    end
+    return last
+end
+
+-- s without leading and trailing whitespace, in linear time.
+local function trim_space(s)
+    local first = find(s, "%S")
+    if not first then
+        return ""
+    end
+    return sub(s, first, last_non_space(s, #s))
 end
 
 ---------------------------------------------------------------------------
@@ -369,6 +395,9 @@ template.currency_decimals = {
     CLF = 4, UYW = 4,
 }
 
+-- The largest integer a double holds exactly, with all below it: 2^53 - 1.
+local MAX_EXACT = 2 ^ 53 - 1
+
 local function check_currency(code)
     if code == nil or code == null then
         return "money: the currency is missing"
@@ -397,10 +426,14 @@ local function money(value, args)
     currency = upper(currency)
     local negative, digits
     if type(value) == "number" then
-        if value ~= value or value >= 2 ^ 53 or value <= -2 ^ 53 then
-            return nil, "money: " .. describe(value) .. " is not an exact amount of minor units"
+        if value ~= value or value > MAX_EXACT or value < -MAX_EXACT then
+            return nil, "money: " .. describe(value) .. " is not an exact amount of minor units: it is outside "
+                .. "±9007199254740991, what a number holds exactly; pass larger amounts as a string of digits"
         end
-        local units = floor((value < 0 and -value or value) + 0.5)
+        local units = value < 0 and -value or value
+        if units ~= floor(units) then
+            units = floor(units + 0.5) -- (exact: a fraction means units < 2^52)
+        end
         negative, digits = value < 0 and units ~= 0, format("%.0f", units)
     elseif type(value) == "string" and find(value, "^%-?%d+$") then
         negative = sub(value, 1, 1) == "-"
@@ -462,7 +495,8 @@ local function truncate(value, args)
     if room <= 0 then
         return utf8_prefix(s, n)
     end
-    return match(utf8_prefix(s, room), "^(.-)%s*$") .. ending
+    local prefix = utf8_prefix(s, room)
+    return sub(prefix, 1, last_non_space(prefix, #prefix)) .. ending
 end
 
 local function text_filter(name, fn)
@@ -550,9 +584,7 @@ template.filters = {
     end,
     upper = text_filter("upper", upper),
     lower = text_filter("lower", lower),
-    trim = text_filter("trim", function(s)
-        return match(s, "^%s*(.-)%s*$")
-    end),
+    trim = text_filter("trim", trim_space),
     truncate = truncate,
     money = money,
     date = format_date,
@@ -648,7 +680,7 @@ end
 
 -- Source text between two byte positions, on one line.
 local function excerpt(P, from, to)
-    return (gsub(match(sub(P.src, from, to), "^%s*(.-)%s*$"), "%s+", " "))
+    return (gsub(trim_space(sub(P.src, from, to)), "%s+", " "))
 end
 
 local two_char_ops = { ["=="] = true, ["!="] = true, ["<="] = true, [">="] = true }
@@ -782,7 +814,13 @@ local function resolve_path(P, t)
         end
         return { t = "loop", field = field, slot = P.scopes[#P.scopes].slot, p = t.p, e = t.e }
     end
-    node = node or { t = "ctx" }
+    if not node then
+        node = { t = "ctx" }
+        if P.paths then
+            local line, column = locate(P, t.p)
+            P.paths[#P.paths + 1] = { path = texts, line = line, column = column }
+        end
+    end
     local from = node.t == "var" and 2 or 1
     node.segs, node.alts = {}, {}
     for i = from, #segs do
@@ -1040,7 +1078,8 @@ local function statement(P, body, stack, open)
 end
 
 -- Parses the whole template into a list of nodes:
---   { t = "text", s } | { t = "out", value } | { t = "if", branches, else_body }
+--   { t = "text", parts = { pieces of text to join } } | { t = "out", value }
+--   | { t = "if", branches, else_body }
 --   | { t = "for", slot, iter, body, else_body }
 local function parse_template(P)
     local src = P.src
@@ -1051,18 +1090,19 @@ local function parse_template(P)
         local open = find(src, "{[{%%#]", pos)
         local text = sub(src, pos, (open or #src + 1) - 1)
         if trim_next then
-            text = match(text, "^%s*(.*)$")
+            text = sub(text, find(text, "%S") or #text + 1)
         end
         local trim_before = open and byte(src, open + 2) == 45 -- "-"
         if trim_before then
-            text = sub(text, 1, (find(text, "%s*$")) - 1)
+            text = sub(text, 1, last_non_space(text, #text))
         end
         if text ~= "" then
+            -- text around comments: pieces joined once, when compiled
             local last = body[#body]
             if last and last.t == "text" then
-                last.s = last.s .. text
+                last.parts[#last.parts + 1] = text
             else
-                body[#body + 1] = { t = "text", s = text }
+                body[#body + 1] = { t = "text", parts = { text } }
             end
         end
         if not open then
@@ -1443,7 +1483,7 @@ compile_block = function(P, nodes)
     for i, node in ipairs(nodes) do
         local t = node.t
         if t == "text" then
-            local s = node.s
+            local s = concat(node.parts)
             fns[i] = function(_, _, out, n)
                 n = n + 1
                 out[n] = s
@@ -1485,6 +1525,9 @@ end
 --   json    -- true: escape inserted values for use inside a JSON string
 --              literal (html wins when both are set)
 --   filters -- the filter table to use (default template.filters)
+--   paths   -- a list: compile appends { path = { "payload", "x", ... },
+--              line =, column = } for each path read from the context (not
+--              loop variables), so a caller can check them against a schema
 -- Errors read "<name>:<line>: <problem> (column <c>)[; <hint>]". The render
 -- function returns the text, or nil, err (same form) when a value is missing
 -- and has no default, is a table, or a filter or comparison fails; ctx is
@@ -1505,6 +1548,7 @@ function template.compile(source, opts)
         lines = line_starts(source),
         scopes = {},
         slots = 0,
+        paths = opts.paths,
     }
     local ok, root = pcall(parse_template, P)
     if not ok then
@@ -1518,7 +1562,7 @@ function template.compile(source, opts)
             return ""
         end
     elseif #root == 1 and root[1].t == "text" then
-        local s = root[1].s
+        local s = concat(root[1].parts)
         return function()
             return s
         end

@@ -17,6 +17,61 @@ fi
 echo "$out" | grep -q "b_syntax.lua:1:" || fail "syntax error not reported as file:line: $out"
 echo "$out" | grep -q "a_bad_rule.lua:2:" || fail "undeclared event type not reported as file:line: $out"
 
+# check_fails DIR PATTERN WHY: `crier check DIR` must exit 1 and print PATTERN.
+check_fails() {
+    local out
+    if out=$("$CRIER_BIN" check "$1" 2>&1); then
+        fail "check should refuse $3: $out"
+    fi
+    echo "$out" | grep -qF -- "$2" || fail "check reports $3 at its file:line: $out"
+}
+
+# One file cannot change what another renders: an attempt to redefine a
+# built-in filter is a load error at its file:line, even inside pcall.
+mkdir -p "$WORK/leak"
+cat >"$WORK/leak/a.lua" <<'LUA'
+local crier = require "crier"
+crier.event_type "invoice.created" { payload = { amount_cents = "integer", currency = "string" } }
+pcall(function() require("crier.template").filters.money = function() return "pwned" end end)
+LUA
+cat >"$WORK/leak/b.lua" <<'LUA'
+local crier = require "crier"
+crier.rule "invoice.created" {
+    recipients = { "alice" }, channels = { "feed" },
+    feed = { title = "{{ payload.amount_cents | money(payload.currency) }}" },
+}
+LUA
+check_fails "$WORK/leak" "a.lua:3: rules may not change crier.template.filters.money" \
+    "a file that redefines a built-in filter"
+printf 'local crier = require "crier"\ncrier.event_type "invoice.created" { payload = { amount_cents = "integer", currency = "string" } }\n' \
+    >"$WORK/leak/a.lua"
+out=$("$CRIER_BIN" try --rules "$WORK/leak" --no-db --tenant acme --type invoice.created --entity i1 \
+    --payload '{"amount_cents": 1250, "currency": "EUR"}') || fail "try of the clean rules failed: $out"
+echo "$out" | grep -q '12.50 EUR' || fail "b.lua renders with the built-in money filter: $out"
+
+# Templates are checked against the payload schema at load; a channels
+# function can only be checked when it runs, and try shows its error.
+mkdir -p "$WORK/authoring"
+cat >"$WORK/authoring/c.lua" <<'LUA'
+local crier = require "crier"
+crier.event_type "comment.created" { payload = { author = "string", body = "string" } }
+crier.rule "comment.created" {
+    recipients = { "ann" }, channels = { "feed" },
+    feed = { title = "{{ payload.autor }} commented" },
+}
+LUA
+check_fails "$WORK/authoring" "c.lua:3: rule 'comment.created': feed.title:1: template uses payload.autor, which \
+event type comment.created does not declare (declared: author, body)" "a template path the schema does not declare"
+sed -i 's/payload.autor/payload.author/; s/channels = { "feed" }/channels = function() return { "feed", "sms" } end/' \
+    "$WORK/authoring/c.lua"
+"$CRIER_BIN" check "$WORK/authoring" >/dev/null || fail "the fixed rules should pass check"
+if out=$("$CRIER_BIN" try --rules "$WORK/authoring" --no-db --tenant acme --type comment.created --entity c1 \
+        --payload '{"author": "ann", "body": "hi"}' 2>&1); then
+    fail "try should fail on a channels function returning an unknown channel: $out"
+fi
+echo "$out" | grep -q 'channels returned unknown channel "sms" for recipient "ann" (known: email, feed, kafka, webhook)' ||
+    fail "try names the unknown channel and the known ones: $out"
+
 cat >"$WORK/event.json" <<'JSON'
 {"tenant": "acme", "type": "invoice.created", "entity_id": "inv_42",
  "payload": {"invoice_id": "inv_42", "amount_cents": 1250, "currency": "EUR"}}

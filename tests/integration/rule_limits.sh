@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A rule that loops forever fails only its own event: it is retried, then
 # quarantined with the limit error (visible in crier dead list), while normal
-# traffic beside it keeps flowing with low latency.
+# traffic beside it keeps flowing with low latency. So does a rule whose
+# pattern would backtrack for hours on its payload (refused before it runs),
+# and a payload of 40,000 spaces through the trim filter is delivered at once.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -24,6 +26,20 @@ crier.rule "spin" {
     channels = { "webhook" },
     webhook = { url = crier.setting("url") },
 }
+crier.event_type "padded" { payload = { s = "string" } }
+crier.rule "padded" {
+    recipients = { "ops" },
+    channels = { "webhook" },
+    webhook = { url = crier.setting("url"), body = '{"trimmed": "{{ payload.s | trim | length }}"}' },
+}
+crier.event_type "backtrack" { payload = { s = "string" } }
+crier.rule "backtrack" {
+    recipients = function(event)
+        return string.find(event.payload.s, ".-.-.-.-x") and { "ops" } or {}
+    end,
+    channels = { "webhook" },
+    webhook = { url = crier.setting("url") },
+}
 LUA
 "$CRIER_BIN" serve --rules "$WORK/rules" --set "url=$RECEIVER_URL" --event-attempts 2 --batch-size 20 \
     >"$WORK/serve.log" 2>&1 &
@@ -34,11 +50,17 @@ PIDS+=("$SERVE_PID")
 for round in $(seq 10); do
     sql "SELECT count(crier.emit('acme', 'ping', 'p$round-' || i)) FROM generate_series(1, 30) AS i" >/dev/null
     sql "SELECT crier.emit('acme', 'spin', 's$round')" >/dev/null
+    if [ "$round" -le 2 ]; then
+        sql "SELECT crier.emit('acme', 'padded', 'pad$round', jsonb_build_object('s', ' a' || repeat(' ', 40000) || 'b '));
+             SELECT crier.emit('acme', 'backtrack', 'bt$round', jsonb_build_object('s', repeat('a', 30000)))" >/dev/null
+    fi
     sleep 0.3
 done
-wait_for "SELECT count(*) = 300 FROM crier.deliveries WHERE state = 'delivered'" 60 "normal traffic delivered"
+wait_for "SELECT count(*) = 302 FROM crier.deliveries WHERE state = 'delivered'" 60 "normal traffic delivered"
 wait_for "SELECT count(*) = 10 FROM crier.events WHERE event_type = 'spin' AND state = 'dead'" 60 \
     "looping events quarantined"
+wait_for "SELECT count(*) = 2 FROM crier.events WHERE event_type = 'backtrack' AND state = 'dead'" 60 \
+    "backtracking patterns quarantined"
 stop_serve
 
 p99=$(sql "SELECT round(1000 * extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY d.delivered_at - e.created_at)))
@@ -52,5 +74,9 @@ assert_eq 10 "$(grep -c '^event ' "$WORK/dead")" "quarantined events listed"
 grep -q "instruction limit" "$WORK/dead" || fail "the limit error is shown: $(head -5 "$WORK/dead")"
 grep -q "rules.lua:13" "$WORK/dead" || fail "the traceback names the rule's line: $(head -5 "$WORK/dead")"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.notifications n JOIN crier.events e ON e.id = n.event_id
-                    WHERE e.event_type = 'spin'")" "a failed event creates nothing"
+                    WHERE e.event_type IN ('spin', 'backtrack')")" "a failed event creates nothing"
+"$CRIER_BIN" dead list --events --type backtrack >"$WORK/dead_bt" 2>/dev/null || fail "dead list"
+grep -q "pattern too complex for a rule: string.find" "$WORK/dead_bt" ||
+    fail "the pattern error is shown: $(head -5 "$WORK/dead_bt")"
+assert_eq 2 "$(grep -c 'trimmed\\": \\"40002' "$RECEIVER_LOG")" "the padded payloads trimmed and delivered"
 echo "ok"
