@@ -152,11 +152,15 @@ static void engine_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
     engine_write_status(e);
 }
 
-static void engine_on_committed(void *ud, uint64_t deliveries)
+/* After a committed batch of either lane (on its thread): new deliveries wake
+ * the delivery side, events handed to the slow lane wake it. */
+static void engine_on_committed(void *ud, uint64_t deliveries, uint64_t slowed)
 {
     engine *e = ud;
-    (void)deliveries;
-    crier_delivery_thread_kick(e->delivery);
+    if (deliveries)
+        crier_delivery_thread_kick(e->delivery);
+    if (slowed)
+        crier_fanout_thread_kick(e->slow);
 }
 
 /* Called on the delivery thread or the slow lane's: wakes this loop so that

@@ -663,8 +663,8 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
     case FANOUT_COMMIT:
         f->state = FANOUT_IDLE;
         f->n_events = 0;
-        if (f->batch_deliveries && f->committed)
-            f->committed(f->committed_ud, f->batch_deliveries);
+        if ((f->batch_deliveries || f->cols[WRITE_SLOW_ID].count) && f->committed)
+            f->committed(f->committed_ud, f->batch_deliveries, f->cols[WRITE_SLOW_ID].count);
         f->batch_deliveries = 0;
         /* more is due at once: the batch was full, or an audience has pages left */
         if (f->batch_full || f->released || f->cols[WRITE_MORE_ID].count > 0)

@@ -50,8 +50,9 @@ typedef struct {
     uint64_t events_released; /* left for the next batch when the batch's time was up */
 } crier_fanout_stats;
 
-/* Called after each committed batch that created deliveries. */
-typedef void (*crier_fanout_committed_fn)(void *ud, uint64_t deliveries_created);
+/* Called after each committed batch that created deliveries or handed events
+ * to the slow lane. */
+typedef void (*crier_fanout_committed_fn)(void *ud, uint64_t deliveries_created, uint64_t events_slowed);
 
 /* Creates the worker on its own connection pg (not owned). rules becomes owned
  * by the worker. Returns NULL on allocation failure. */
