@@ -38,8 +38,8 @@ assert_eq 0 "$(sql "SELECT count(*) FROM crier.schema_migrations WHERE checksum 
     "no former checksum is still recorded"
 
 note "its schema is the fresh one"
-"$CRIER_SOURCE_DIR/scripts/schema-dump" --database "$CRIER_DATABASE_URL" >"$WORK/upgraded.sql"
-"$CRIER_SOURCE_DIR/scripts/schema-dump" --database "$fresh_url" >"$WORK/fresh.sql"
+"$CRIER_SOURCE_DIR/scripts/schema-dump" --database "$CRIER_DATABASE_URL" --full >"$WORK/upgraded.sql"
+"$CRIER_SOURCE_DIR/scripts/schema-dump" --database "$fresh_url" --full >"$WORK/fresh.sql"
 if ! diff -u "$WORK/fresh.sql" "$WORK/upgraded.sql" >"$WORK/schema.diff"; then
     cat "$WORK/schema.diff" >&2
     fail "the upgraded database's schema differs from a fresh one (diff above: - fresh, + upgraded)"
@@ -69,7 +69,7 @@ assert_eq 32 "$(sql "INSERT INTO crier.api_tenants (tenant) VALUES ('globex') RE
 note "a second migrate is a no-op"
 out=$("$CRIER_BIN" migrate)
 case "$out" in "schema crier is up to date"*) ;; *) fail "second migrate should do nothing, said: $out" ;; esac
-"$CRIER_SOURCE_DIR/scripts/schema-dump" --database "$CRIER_DATABASE_URL" | diff -q - "$WORK/upgraded.sql" >/dev/null ||
+"$CRIER_SOURCE_DIR/scripts/schema-dump" --database "$CRIER_DATABASE_URL" --full | diff -q - "$WORK/upgraded.sql" >/dev/null ||
     fail "the second migrate changed the schema"
 
 note "a function file whose checksum changed is reapplied, and only it"
