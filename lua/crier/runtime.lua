@@ -321,8 +321,11 @@ local function on_rule_error(err)
     if getmetatable(err) == rule_failure_mt then
         return err
     end
-    if sandbox.is_limit_error(err) and err.slow then
-        return { message = err.message, slow = true }
+    if sandbox.is_limit_error(err) then
+        if err.slow then
+            return { message = err.message, slow = true }
+        end
+        return { message = traceback(message_only(err), 2), raw = true, limit = true }
     end
     return { message = traceback(message_only(err), 2), raw = true }
 end
@@ -557,7 +560,8 @@ end
 -- rule in mode "read" returns { audience_items = { { audience, content,
 -- backfill }, ... } } instead; or nil, err, code with code
 -- "unknown_event_type", "invalid_payload", "rule_error" (rule errors carry
--- a traceback) or "slow" (the soft limit passed). A non-table event raises.
+-- a traceback; a fourth value "limit" when the rule exceeded one of its
+-- limits) or "slow" (the soft limit passed). A non-table event raises.
 function Generation:plan(event)
     if type(event) ~= "table" then
         error("gen:plan: event must be a table, got " .. type(event), 2)
@@ -608,7 +612,7 @@ function Generation:plan(event)
         end
         if result.raw then
             return nil, format("rule '%s' (%s) failed: %s", rule.event_type, rule.where, result.message),
-                "rule_error"
+                "rule_error", result.limit and "limit" or nil
         end
         return nil, result.message, "rule_error"
     end

@@ -493,11 +493,14 @@ static void fanout_plan_and_write(crier_fanout *f)
             .slow_after = f->opts.lane == CRIER_FANOUT_LANE_FAST ? f->opts.slow_after : 0,
         };
         crier_plan_status st = crier_rules_plan(f->rules, &ev, &f->plan, err, sizeof err);
-        if (st == CRIER_PLAN_SLOW) {
-            crier_info("fanout", "event %lld (%s %s): its rule ran longer than %gs: it goes to the slow lane, "
-                                 "with the %s events of the next %.0fs",
-                       (long long)e->id, ev.event_type, ev.entity_id, f->opts.slow_after, ev.event_type,
-                       FANOUT_SLOW_TYPE_SECONDS);
+        bool over_limit = st == CRIER_PLAN_RULE_ERROR && f->plan.limit_exceeded;
+        if (st == CRIER_PLAN_SLOW || (over_limit && f->opts.lane == CRIER_FANOUT_LANE_FAST)) {
+            /* a rule that runs long, or into its limits, does so in the slow lane */
+            crier_info("fanout", "event %lld (%s %s): its rule %s: it goes to the slow lane, with the %s events "
+                                 "of the next %.0fs",
+                       (long long)e->id, ev.event_type, ev.entity_id,
+                       st == CRIER_PLAN_SLOW ? "ran past the fast lane's soft limit" : "exceeded a limit",
+                       ev.event_type, FANOUT_SLOW_TYPE_SECONDS);
             fanout_type_mark_slow(f, ev.event_type);
             crier_pg_array_add_int64(&c[WRITE_SLOW_ID], e->id);
             f->stats.events_slowed++;

@@ -744,11 +744,12 @@ static void push_method(crier_rules *rules, const char *name)
     lua_insert(L, -2);
 }
 
-/* Turns the (nil, err, code) results at the top of the stack into a status. */
+/* The status and message of a failed plan or validate call, whose four
+ * results (nil, err, code, detail) are on top of the stack. */
 static crier_plan_status failure_status(lua_State *L, char *err, size_t err_len)
 {
-    const char *msg = lua_tostring(L, -2);
-    const char *code = lua_tostring(L, -1);
+    const char *msg = lua_tostring(L, -3);
+    const char *code = lua_tostring(L, -2);
     crier_set_error(err, err_len, "%s", msg ? msg : "rules failed without a message");
     return status_from_code(code);
 }
@@ -784,14 +785,17 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
     }
 
     plan->next_cursor = NULL;
-    status = rules_pcall(L, 2, 3);
+    plan->limit_exceeded = false;
+    status = rules_pcall(L, 2, 4); /* plan | nil, err, code, detail */
     if (status != 0) {
         crier_set_error(err, err_len, "%s", lua_error_text(L, status));
         result = CRIER_PLAN_RULE_ERROR;
-    } else if (lua_isnil(L, -3)) {
+    } else if (lua_isnil(L, -4)) {
         result = failure_status(L, err, err_len);
+        plan->limit_exceeded = result == CRIER_PLAN_RULE_ERROR && lua_isstring(L, -1) &&
+                               strcmp(lua_tostring(L, -1), "limit") == 0;
     } else {
-        lua_pop(L, 2);
+        lua_pop(L, 3);
         if (append_plan(L, ev->slot, plan, err, err_len) != 0) {
             plan_rollback(plan, mark);
             result = CRIER_PLAN_RULE_ERROR;
@@ -913,11 +917,11 @@ crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_typ
     push_method(rules, "validate");
     lua_pushstring(L, event_type ? event_type : "");
     lua_pushstring(L, payload_json ? payload_json : "");
-    status = rules_pcall(L, 3, 3);
+    status = rules_pcall(L, 3, 4); /* true | nil, err, code, (nothing) */
     if (status != 0) {
         crier_set_error(err, err_len, "%s", lua_error_text(L, status));
         result = CRIER_PLAN_RULE_ERROR;
-    } else if (lua_isnil(L, -3)) {
+    } else if (lua_isnil(L, -4)) {
         result = failure_status(L, err, err_len);
     }
     lua_settop(L, base);

@@ -80,6 +80,10 @@ typedef struct {
     /* Set by each crier_rules_plan: the cursor of the event's next page when
      * its audience is paged and more remains, else NULL. */
     const char *next_cursor;
+    /* Set by each crier_rules_plan: true when it failed with
+     * CRIER_PLAN_RULE_ERROR because the rule exceeded one of its limits
+     * (instructions, time, memory). */
+    bool limit_exceeded;
 } crier_plan;
 
 typedef enum {
