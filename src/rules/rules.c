@@ -236,6 +236,13 @@ static int read_rules_dir(const char *dir, rules_file **out, size_t *n_out, char
     }
     closedir(d);
     d = NULL;
+    if (n == 0) {
+        crier_set_error(err, err_len,
+                        "%s: no rules here: the directory has no rule files (*.lua, other than "
+                        "*_spec.lua)",
+                        dir);
+        goto fail;
+    }
     qsort(files, n, sizeof *files, compare_names);
     for (size_t i = 0; i < n; i++) {
         if (read_file(files[i].path, &files[i].source, &files[i].source_len, err, err_len) != 0)

@@ -98,7 +98,8 @@ typedef enum {
 /* Loads every *.lua file directly in rules_dir (sorted by name, *_spec.lua
  * skipped) into a new lua_State with the crier library from lua_dir. settings are
  * visible to rules through crier.setting(name[, default]). Returns the new
- * generation, or NULL with every problem in err as "file:line: message" lines. */
+ * generation, or NULL with every problem in err as "file:line: message" lines
+ * (a directory without rule files is refused: "DIR: no rules here: …"). */
 crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
                               const crier_setting *settings, size_t n_settings,
                               char *err, size_t err_len);

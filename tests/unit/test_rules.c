@@ -275,6 +275,16 @@ static void test_broken_dir(void)
     CHECK(rules == NULL);
     CHECK_CONTAINS(err, "/nonexistent/crier/rules: cannot open rules directory");
     remove_dir(dir);
+
+    /* a directory with only specs and other files holds no rules: refused, not an empty generation */
+    make_dir(dir, sizeof dir);
+    write_file(dir, "billing_spec.lua", "describe('nothing', function() end)\n");
+    write_file(dir, "README.md", "rules go here\n");
+    rules = crier_rules_load(lua_dir, dir, NULL, 0, err, sizeof err);
+    CHECK(rules == NULL);
+    CHECK_CONTAINS(err, ": no rules here: the directory has no rule files (*.lua, other than *_spec.lua)");
+    crier_rules_free(rules);
+    remove_dir(dir);
 }
 
 static void test_rule_behaviour(void)
