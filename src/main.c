@@ -34,25 +34,31 @@ static const char main_help[] =
     "  token     sign a short-lived user token for a person's own feed\n"
     "\n"
     "environment: CRIER_DATABASE_URL (libpq connection string), CRIER_DATA_DIR,\n"
-    "CRIER_RULES, CRIER_LUA_DIR, CRIER_SET_<NAME>=VALUE, CRIER_LOG=debug|info|warn|error,\n"
+    "CRIER_RULES, CRIER_LUA_DIR, CRIER_SET_<NAME>=VALUE, CRIER_LOG=debug|info|warn|error\n"
+    "(default: info for serve, warn for the other commands),\n"
     "CRIER_CONFIG (a Lua config file, as --config FILE: see examples/crier.conf.lua)\n";
 
 typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
+    crier_log_level log_level; /* the default; CRIER_LOG overrides it */
 } command;
 
 int main(int argc, char **argv)
 {
+    /* The daemon logs what it does (info); a command run by hand says only
+     * what went wrong (warn), its result goes to stdout. */
     static const command commands[] = {
-        {"serve", crier_cmd_serve},   {"emit", crier_cmd_emit},       {"migrate", crier_cmd_migrate},
-        {"check", crier_cmd_check},   {"try", crier_cmd_try},         {"status", crier_cmd_status},
-        {"demo", crier_cmd_demo},     {"bench", crier_cmd_bench},     {"cluster", crier_cmd_cluster},
-        {"dead", crier_cmd_dead},     {"feed", crier_cmd_feed},     {"keys", crier_cmd_keys},       {"token", crier_cmd_token},
+        {"serve", crier_cmd_serve, CRIER_LOG_INFO},     {"emit", crier_cmd_emit, CRIER_LOG_WARN},
+        {"migrate", crier_cmd_migrate, CRIER_LOG_WARN}, {"check", crier_cmd_check, CRIER_LOG_WARN},
+        {"try", crier_cmd_try, CRIER_LOG_WARN},         {"status", crier_cmd_status, CRIER_LOG_WARN},
+        {"demo", crier_cmd_demo, CRIER_LOG_WARN},       {"bench", crier_cmd_bench, CRIER_LOG_WARN},
+        {"cluster", crier_cmd_cluster, CRIER_LOG_WARN}, {"dead", crier_cmd_dead, CRIER_LOG_WARN},
+        {"feed", crier_cmd_feed, CRIER_LOG_WARN},       {"keys", crier_cmd_keys, CRIER_LOG_WARN},
+        {"token", crier_cmd_token, CRIER_LOG_WARN},
     };
     int rc;
 
-    crier_log_init_from_env();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -60,6 +66,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
+        crier_log_set_level(commands[i].log_level);
+        crier_log_init_from_env();
         signal(SIGPIPE, SIG_IGN);
         srandom((unsigned)time(NULL) ^ (unsigned)getpid());
         if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

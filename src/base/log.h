@@ -10,9 +10,11 @@
 
 typedef enum { CRIER_LOG_DEBUG = 0, CRIER_LOG_INFO, CRIER_LOG_WARN, CRIER_LOG_ERROR } crier_log_level;
 
-/* Sets the lowest level that is printed (default INFO; CRIER_LOG=debug|info|warn|error). */
+/* Sets the lowest level that is printed (default INFO; main.c sets WARN for
+ * the commands other than serve, before crier_log_init_from_env). */
 void crier_log_set_level(crier_log_level level);
-/* Reads CRIER_LOG from the environment, if set. */
+/* Reads CRIER_LOG (debug|info|warn|error) from the environment, if set: it
+ * overrides the level set before. */
 void crier_log_init_from_env(void);
 /* Prints "crier[pid] LEVEL module: message" to stderr when level is enabled. */
 void crier_log(crier_log_level level, const char *module, const char *fmt, ...)

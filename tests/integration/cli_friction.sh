@@ -15,4 +15,19 @@ fi
 echo "$out" | grep -qF "$WORK/no-rules: no rules here" || fail "check says there are no rules: $out"
 echo "$out" | grep -q "runtime error" && fail "check crashed: $out"
 
+note "log levels: commands say only what went wrong, the daemon says what it does"
+"$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules" >"$WORK/check.out" 2>"$WORK/check.err" ||
+    fail "check of the examples: $(cat "$WORK/check.err")"
+[ ! -s "$WORK/check.err" ] || fail "check logs at info by default: $(cat "$WORK/check.err")"
+grep -q ": ok (rules version " "$WORK/check.out" || fail "check's result on stdout: $(cat "$WORK/check.out")"
+CRIER_LOG=info "$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules" >/dev/null 2>"$WORK/check.err"
+grep -q "INFO rules: loaded" "$WORK/check.err" || fail "CRIER_LOG=info overrides: $(cat "$WORK/check.err")"
+new_db
+"$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set ping_url=http://127.0.0.1:9/ \
+    --exit-when-idle >"$WORK/serve.log" 2>&1 || fail "serve: $(tail -5 "$WORK/serve.log")"
+grep -q "INFO engine: running" "$WORK/serve.log" || fail "serve logs at info: $(cat "$WORK/serve.log")"
+CRIER_LOG=warn "$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set ping_url=http://127.0.0.1:9/ \
+    --exit-when-idle >"$WORK/serve.log" 2>&1 || fail "serve: $(tail -5 "$WORK/serve.log")"
+grep -q "INFO" "$WORK/serve.log" && fail "CRIER_LOG=warn quiets serve: $(cat "$WORK/serve.log")"
+
 echo "ok"
