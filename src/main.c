@@ -78,6 +78,16 @@ int main(int argc, char **argv)
         curl_global_cleanup();
         return rc;
     }
-    fprintf(stderr, "crier: unknown command '%s' (crier --help lists them)\n", argv[1]);
+    {
+        const char *names[sizeof commands / sizeof commands[0]];
+        const char *nearest;
+        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+            names[i] = commands[i].name;
+        nearest = crier_cli_nearest(argv[1], names, sizeof names / sizeof names[0]);
+        fprintf(stderr, "crier: unknown command '%s'\n", argv[1]);
+        if (nearest)
+            fprintf(stderr, "did you mean crier %s?\n", nearest);
+        fputs("crier --help lists the commands\n", stderr);
+    }
     return 2;
 }

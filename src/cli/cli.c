@@ -126,20 +126,52 @@ crier_rules *crier_cli_load_rules(const crier_cli *cli)
     return rules;
 }
 
+/* Says what was wrong with the word of argv that getopt_long refused (opt
+ * '?': unknown, ambiguous, or a value given to a switch; ':' a value missing),
+ * in a few lines that end by pointing at --help. */
+static void cli_refused(const char *cmd, int opt, char **argv, const struct option *options)
+{
+    const char *word = argv[optind - 1];
+    char short_opt[3] = {'-', (char)optopt, '\0'};
+    if (strncmp(word, "--", 2) != 0 && optopt > ' ' && optopt < 127)
+        word = short_opt; /* in a cluster such as -xy, optind has not moved on yet */
+    if (opt == ':') {
+        fprintf(stderr, "crier %s: %s needs a value\ncrier %s --help says what it takes\n", cmd, word, cmd);
+        return;
+    }
+    if (optopt != 0 && !strncmp(word, "--", 2)) {
+        /* a known long option that takes no value, given one */
+        for (const struct option *o = options; o->name; o++) {
+            if (o->val == optopt && o->has_arg == no_argument) {
+                fprintf(stderr, "crier %s: --%s is a switch and takes no value (got '%s')\n"
+                                "crier %s --help lists the options\n",
+                        cmd, o->name, word, cmd);
+                return;
+            }
+        }
+    }
+    crier_cli_unknown_option(cmd, word, options);
+}
+
 /* One getopt_long pass over argv. Returns 0, or 1 with *rc set. */
-static int cli_parse_pass(crier_cli *cli, const char *help, int argc, char **argv,
+static int cli_parse_pass(crier_cli *cli, const char *cmd, int argc, char **argv,
                           const struct option *options, crier_cli_opt_fn on_opt, void *ud, int *rc)
 {
     int opt;
 
     optind = 0; /* a fresh scan (glibc re-initialises on 0) */
-    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        int r = cli_option(cli, opt, optarg);
-        if (r == 0 && on_opt && opt != '?' && opt != ':')
+    opterr = 0; /* cli_refused says what was wrong */
+    while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+        int r;
+        if (opt == '?' || opt == ':') {
+            cli_refused(cmd, opt, argv, options);
+            *rc = 2;
+            return 1;
+        }
+        r = cli_option(cli, opt, optarg);
+        if (r == 0 && on_opt)
             r = on_opt(ud, opt, optarg) == 0 ? 1 : -1;
         if (r <= 0) {
-            if (r == 0)
-                fputs(help, stderr);
             *rc = 2;
             return 1;
         }
@@ -192,23 +224,25 @@ int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, con
                     crier_cli_opt_fn on_opt, void *ud, int *rc)
 {
     const char *config = cli_config_path(argc, argv);
+    char name[64];
+    const char *cmd;
+
+    cli_command_name(help, name, sizeof name);
+    cmd = name[0] ? name : argv[0];
     if (config) {
         int config_argc;
-        char cmd[64];
-        cli_command_name(help, cmd, sizeof cmd);
         crier_cli_config_free(cli->config_argv);
         cli->config_argv = NULL;
-        if (crier_cli_config_read(cmd[0] ? cmd : argv[0], config, options, &cli->config_argv,
-                                  &config_argc) < 0) {
+        if (crier_cli_config_read(cmd, config, options, &cli->config_argv, &config_argc) < 0) {
             *rc = 2;
             return 1;
         }
-        if (cli_parse_pass(cli, help, config_argc, cli->config_argv, options, on_opt, ud, rc)) {
-            crier_cli_error(cmd[0] ? cmd : argv[0], "(that value came from the config file %s)", config);
+        if (cli_parse_pass(cli, cmd, config_argc, cli->config_argv, options, on_opt, ud, rc)) {
+            crier_cli_error(cmd, "(that value came from the config file %s)", config);
             return 1;
         }
     }
-    if (cli_parse_pass(cli, help, argc, argv, options, on_opt, ud, rc))
+    if (cli_parse_pass(cli, cmd, argc, argv, options, on_opt, ud, rc))
         return 1;
     if (cli->help) {
         fputs(help, stdout);

@@ -103,7 +103,8 @@ typedef int (*crier_cli_opt_fn)(void *ud, int opt, const char *arg);
  * which must start with CLI_COMMON_OPTIONS; common options fill cli, the others
  * go to on_opt. Returns 0 to go on (optind indexes the first positional
  * argument), or 1 when the command should exit with *rc: 0 after --help, 2
- * after a bad flag (the usage goes to stderr). */
+ * after a bad flag (what was wrong goes to stderr, with a suggestion for a
+ * mistyped option and a line pointing at --help). */
 int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, const struct option *options,
                     crier_cli_opt_fn on_opt, void *ud, int *rc);
 
@@ -128,6 +129,16 @@ void crier_cli_free(crier_cli *cli);
 
 /* Loads the rules named by cli, printing problems to stderr. NULL on failure. */
 crier_rules *crier_cli_load_rules(const crier_cli *cli);
+
+/* The name in names[0..n) nearest to given (a slip of a key or two, a
+ * swapped pair of letters), or NULL when none is near enough to suggest. */
+const char *crier_cli_nearest(const char *given, const char *const *names, size_t n);
+
+/* Prints to stderr that word (a command-line argument such as "--bach-size"
+ * or "--batch=3") is not an option of crier CMD, with the nearest option of
+ * options ("did you mean --batch-size?") or the ones an ambiguous
+ * abbreviation fits, and a line pointing at crier CMD --help. */
+void crier_cli_unknown_option(const char *cmd, const char *word, const struct option *options);
 
 /* Prints "crier CMD: message" to stderr. */
 void crier_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

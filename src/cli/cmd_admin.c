@@ -287,7 +287,12 @@ int crier_cmd_cluster(int argc, char **argv)
             opts.fast = true;
         else if (!strcmp(argv[i], "--help"))
             action = "--help";
-        else if (!dir)
+        else if (argv[i][0] == '-') {
+            static const struct option options[] = {
+                {"fast", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+            crier_cli_unknown_option("cluster", argv[i], options);
+            return 2;
+        } else if (!dir)
             dir = argv[i];
         else {
             crier_cli_error("cluster", "unexpected argument '%s' (see crier cluster --help)", argv[i]);

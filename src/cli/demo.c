@@ -18,7 +18,7 @@
 #include <string.h>
 
 static const char demo_help[] =
-    "usage: crier demo [--data-dir DIR] [--keep-running-cluster]\n"
+    "usage: crier demo [--data-dir DIR]\n"
     "\n"
     "Runs the billing story on the embedded default: starts the private PostgreSQL\n"
     "cluster (default ./.crier/pg; CRIER_DATABASE_URL is ignored), creates a fresh\n"
@@ -125,7 +125,12 @@ int crier_cmd_demo(int argc, char **argv)
         } else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) {
             cli.data_dir = argv[++i];
         } else {
-            crier_cli_error("demo", "unexpected argument '%s' (see crier demo --help)", argv[i]);
+            static const struct option options[] = {
+                {"data-dir", required_argument, NULL, 'd'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+            if (argv[i][0] == '-')
+                crier_cli_unknown_option("demo", argv[i], options);
+            else
+                crier_cli_error("demo", "unexpected argument '%s' (see crier demo --help)", argv[i]);
             crier_cli_free(&cli);
             return 2;
         }

@@ -15,6 +15,31 @@ fi
 echo "$out" | grep -qF "$WORK/no-rules: no rules here" || fail "check says there are no rules: $out"
 echo "$out" | grep -q "runtime error" && fail "check crashed: $out"
 
+note "a mistyped flag: the error, a suggestion, one line pointing at --help"
+# refused CMD-ARGS… : runs crier with them, which must exit 2; the output is in $out
+refused() {
+    if out=$("$CRIER_BIN" "$@" 2>&1); then fail "crier $* was accepted: $out"; fi
+}
+refused serve --bach-size 3
+assert_eq "crier serve: unknown option '--bach-size'
+did you mean --batch-size?
+crier serve --help lists the options" "$out" "a mistyped serve flag"
+refused dead list --sinse 2h
+echo "$out" | grep -qx "did you mean --since?" || fail "dead list's suggestion: $out"
+refused serve --batch 3
+echo "$out" | grep -qx "did you mean --batch-size or --batch-budget?" || fail "an ambiguous abbreviation: $out"
+refused serve --exit-when-idle=yes
+echo "$out" | grep -q "is a switch and takes no value" || fail "a value for a switch: $out"
+refused emit --tenant
+echo "$out" | grep -q "crier emit: --tenant needs a value" || fail "a missing value: $out"
+refused demo --data-dri "$WORK/pg"
+echo "$out" | grep -qx "did you mean --data-dir?" || fail "demo's suggestion: $out"
+refused serv
+echo "$out" | grep -qx "did you mean crier serve?" || fail "a mistyped command: $out"
+refused check --frobnicate
+[ "$(echo "$out" | wc -l)" -le 3 ] || fail "no whole help after a bad flag: $out"
+echo "$out" | grep -q "^crier check --help" || fail "the line pointing at --help: $out"
+
 note "log levels: commands say only what went wrong, the daemon says what it does"
 "$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules" >"$WORK/check.out" 2>"$WORK/check.err" ||
     fail "check of the examples: $(cat "$WORK/check.err")"
