@@ -1,6 +1,7 @@
 /* cli.c — common flags, environment fallbacks and helpers of the subcommands (see cli.h). */
 #include "cli.h"
 #include "alloc.h"
+#include "migrate.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -151,6 +152,31 @@ static void cli_refused(const char *cmd, int opt, char **argv, const struct opti
         }
     }
     crier_cli_unknown_option(cmd, word, options);
+}
+
+PGconn *crier_cli_connect(const char *cmd, const crier_cli *cli, crier_database *db)
+{
+    char err[4096];
+    PGconn *conn;
+
+    if (crier_database_open(cli->database, cli->data_dir, false, db, err, sizeof err) < 0) {
+        crier_cli_error(cmd, "%s", err);
+        return NULL;
+    }
+    conn = PQconnectdb(db->conninfo);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        crier_cli_error(cmd, "cannot connect: %s", PQerrorMessage(conn));
+        goto fail;
+    }
+    if (crier_migrate_check(conn, err, sizeof err) < 0) {
+        crier_cli_error(cmd, "%s", err);
+        goto fail;
+    }
+    return conn;
+fail:
+    PQfinish(conn);
+    crier_database_close(db);
+    return NULL;
 }
 
 /* One getopt_long pass over argv. Returns 0, or 1 with *rc set. */

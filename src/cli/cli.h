@@ -3,7 +3,7 @@
  * entry points (each returns the process exit status).
  *
  * Layer: cli (src/cli/), may use engine, api and every layer below them.
- * Calls into: database (pg), rules, rules_query (rules), alloc (base).
+ * Calls into: database, migrate (pg), rules, rules_query (rules), alloc (base).
  */
 #ifndef CRIER_CLI_H
 #define CRIER_CLI_H
@@ -13,6 +13,7 @@
 #include "rules_query.h"
 
 #include <getopt.h>
+#include <libpq-fe.h>
 #include <stdbool.h>
 
 #define CRIER_MAX_SETTINGS 64
@@ -126,6 +127,14 @@ crier_rules_query_role crier_cli_rule_query_role(const crier_cli *cli);
 
 /* Frees setting storage. */
 void crier_cli_free(crier_cli *cli);
+
+/* Opens the database named by cli (crier_database_open: the embedded cluster
+ * is started when none is configured), connects to it, and checks that it
+ * holds this crier's schema (crier_migrate_check). Returns the connection
+ * (the caller PQfinishes it, then crier_database_close(db)), or NULL after
+ * printing "crier CMD: …" — "run crier migrate" for an unmigrated database —
+ * with db closed. */
+PGconn *crier_cli_connect(const char *cmd, const crier_cli *cli, crier_database *db);
 
 /* Loads the rules named by cli, printing problems to stderr. NULL on failure. */
 crier_rules *crier_cli_load_rules(const crier_cli *cli);

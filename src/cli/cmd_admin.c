@@ -137,24 +137,18 @@ int crier_cmd_emit(int argc, char **argv)
             goto out;
         }
     }
-    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
-        crier_cli_error("emit", "%s", err);
-        goto out;
-    }
     {
-        PGconn *conn = PQconnectdb(db.conninfo);
+        PGconn *conn = crier_cli_connect("emit", &cli, &db);
         const char *params[5] = {a.tenant, a.type, a.entity, payload, a.dedupe};
-        PGresult *res = NULL;
-        if (PQstatus(conn) != CONNECTION_OK) {
-            crier_cli_error("emit", "cannot connect: %s", PQerrorMessage(conn));
+        PGresult *res;
+        if (!conn)
+            goto out;
+        res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+            printf("%s\n", PQgetvalue(res, 0, 0));
+            rc = 0;
         } else {
-            res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, NULL, params, NULL, NULL, 0);
-            if (PQresultStatus(res) == PGRES_TUPLES_OK) {
-                printf("%s\n", PQgetvalue(res, 0, 0));
-                rc = 0;
-            } else {
-                crier_cli_error("emit", "event refused, nothing was stored: %s", PQresultErrorMessage(res));
-            }
+            crier_cli_error("emit", "event refused, nothing was stored: %s", PQresultErrorMessage(res));
         }
         PQclear(res);
         PQfinish(conn);
@@ -175,18 +169,12 @@ static const char status_help[] =
     "as file:line: message), and the latest dead letters (crier dead list shows all).\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
-/* Prints the outbox's state from the database at conninfo. Returns the exit
+/* Prints the outbox's state from the database of conn. Returns the exit
  * status: 0, or 1 after printing what failed. */
-static int status_print(const char *conninfo)
+static int status_print(PGconn *conn)
 {
     int rc = 1;
-    PGconn *conn = PQconnectdb(conninfo);
-    PGresult *res = NULL;
-    if (PQstatus(conn) != CONNECTION_OK) {
-        crier_cli_error("status", "cannot connect: %s", PQerrorMessage(conn));
-        goto out;
-    }
-    res = PQexec(conn,
+    PGresult *res = PQexec(conn,
                  "SELECT 'events', state, count(*) FROM crier.events GROUP BY state"
                  " UNION ALL SELECT 'notifications', 'total', count(*) FROM crier.notifications"
                  " UNION ALL SELECT 'deliveries', state, count(*) FROM crier.deliveries GROUP BY state"
@@ -194,7 +182,7 @@ static int status_print(const char *conninfo)
                  "     WHERE state <> 'active' GROUP BY state"
                  " ORDER BY 1, 2");
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        crier_cli_error("status", "%s(run crier migrate first?)", PQresultErrorMessage(res));
+        crier_cli_error("status", "%s", PQresultErrorMessage(res));
         goto out;
     }
     for (int i = 0; i < PQntuples(res); i++)
@@ -240,7 +228,6 @@ static int status_print(const char *conninfo)
     rc = 0;
 out:
     PQclear(res);
-    PQfinish(conn);
     return rc;
 }
 
@@ -248,17 +235,17 @@ int crier_cmd_status(int argc, char **argv)
 {
     crier_cli cli;
     crier_database db;
-    char err[4096];
+    PGconn *conn;
     int rc = 1;
 
     crier_cli_init(&cli);
     if (admin_parse("status", status_help, argc, argv, &cli, &rc))
         goto out;
-    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
-        crier_cli_error("status", "%s", err);
+    conn = crier_cli_connect("status", &cli, &db);
+    if (!conn)
         goto out;
-    }
-    rc = status_print(db.conninfo);
+    rc = status_print(conn);
+    PQfinish(conn);
     crier_database_close(&db);
 out:
     crier_cli_free(&cli);

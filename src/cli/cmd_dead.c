@@ -252,7 +252,6 @@ int crier_cmd_dead(int argc, char **argv)
     crier_cli cli;
     dead_args a = {.limit = 100};
     crier_database db;
-    char err[4096];
     int rc = 2;
     const char *action = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
 
@@ -271,15 +270,10 @@ int crier_cmd_dead(int argc, char **argv)
         goto out;
     }
     rc = 1;
-    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
-        crier_cli_error("dead", "%s", err);
+    PGconn *conn = crier_cli_connect("dead", &cli, &db);
+    if (!conn)
         goto out;
-    }
-    PGconn *conn = PQconnectdb(db.conninfo);
-    if (PQstatus(conn) != CONNECTION_OK)
-        crier_cli_error("dead", "cannot connect: %s", PQerrorMessage(conn));
-    else
-        rc = !strcmp(action, "list") ? dead_list(conn, &a) : dead_replay(conn, &a);
+    rc = !strcmp(action, "list") ? dead_list(conn, &a) : dead_replay(conn, &a);
     PQfinish(conn);
     crier_database_close(&db);
 out:

@@ -158,7 +158,6 @@ int crier_cmd_feed(int argc, char **argv)
     crier_cli cli;
     feed_args a = {.limit = 20};
     crier_database db;
-    char err[4096];
     int rc = 2;
     const char *action = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
     bool known = false;
@@ -187,15 +186,10 @@ int crier_cmd_feed(int argc, char **argv)
         goto out;
     }
     rc = 1;
-    if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
-        crier_cli_error("feed", "%s", err);
+    PGconn *conn = crier_cli_connect("feed", &cli, &db);
+    if (!conn)
         goto out;
-    }
-    PGconn *conn = PQconnectdb(db.conninfo);
-    if (PQstatus(conn) != CONNECTION_OK)
-        crier_cli_error("feed", "cannot connect: %s", PQerrorMessage(conn));
-    else
-        rc = feed_run(conn, action, item, what, &a);
+    rc = feed_run(conn, action, item, what, &a);
     PQfinish(conn);
     crier_database_close(&db);
 out:

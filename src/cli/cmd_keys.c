@@ -89,24 +89,6 @@ static int keys_option(void *ud, int opt, const char *arg)
     return -1;
 }
 
-/* Opens the database named by cli. Returns the connection or NULL (message printed). */
-static PGconn *keys_connect(const char *cmd, crier_cli *cli, crier_database *db)
-{
-    char err[4096];
-    if (crier_database_open(cli->database, cli->data_dir, false, db, err, sizeof err) < 0) {
-        crier_cli_error(cmd, "%s", err);
-        return NULL;
-    }
-    PGconn *conn = PQconnectdb(db->conninfo);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        crier_cli_error(cmd, "cannot connect: %s", PQerrorMessage(conn));
-        PQfinish(conn);
-        crier_database_close(db);
-        return NULL;
-    }
-    return conn;
-}
-
 /* Runs a statement; prints the error and returns NULL when it fails. */
 static PGresult *keys_exec(const char *cmd, PGconn *conn, const char *sql, int n,
                            const char *const *values)
@@ -273,7 +255,7 @@ int crier_cmd_keys(int argc, char **argv)
         goto out;
     }
     rc = 1;
-    PGconn *conn = keys_connect("keys", &cli, &db);
+    PGconn *conn = crier_cli_connect("keys", &cli, &db);
     if (!conn)
         goto out;
     if (!strcmp(action, "create"))
@@ -319,7 +301,7 @@ int crier_cmd_token(int argc, char **argv)
         goto out;
     }
     rc = 1;
-    PGconn *conn = keys_connect("token", &cli, &db);
+    PGconn *conn = crier_cli_connect("token", &cli, &db);
     if (!conn)
         goto out;
     const char *values[1] = {a.tenant};

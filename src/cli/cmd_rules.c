@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "database.h"
 #include "keys.h"
+#include "migrate.h"
 #include "rules_query.h"
 
 #include <lauxlib.h>
@@ -314,6 +315,17 @@ int crier_cmd_try(int argc, char **argv)
             goto out;
         }
         db_open = true;
+        {
+            /* an unreachable database only fails the rules that query it; an
+             * unmigrated one would fail every query and preference lookup */
+            PGconn *conn = PQconnectdb(db.conninfo);
+            int unmigrated = PQstatus(conn) == CONNECTION_OK && crier_migrate_check(conn, err, sizeof err) < 0;
+            PQfinish(conn);
+            if (unmigrated) {
+                crier_cli_error("try", "%s (or use --no-db)", err);
+                goto out;
+            }
+        }
         if (crier_database_rules(&db, cli.rules_database, err, sizeof err) < 0) {
             crier_cli_error("try", "--rules-database: %s", err);
             goto out;

@@ -16,8 +16,9 @@ static const char serve_help[] =
     "usage: crier serve [options]\n"
     "\n"
     "Runs the engine: claims events, runs the rules, fans out notifications and\n"
-    "delivers them. With no database configured it starts the embedded PostgreSQL\n"
-    "cluster (and stops it on exit) and applies pending migrations.\n"
+    "delivers them. Once the flags are checked and the rules load, it starts the\n"
+    "embedded PostgreSQL cluster when no database is configured (and stops it on\n"
+    "exit) and applies pending migrations.\n"
     "SIGTERM/SIGINT stop gracefully. The rules reload when a *.lua file in the rules\n"
     "directory changes (write a temporary file and rename it over the old one to\n"
     "deploy) and on SIGHUP; a broken version is rejected, logged with file:line and\n"
@@ -53,7 +54,8 @@ static const char serve_help[] =
     "  --email-from ADDRESS   From address when a rule gives none\n"
     "  --kafka-brokers LIST   bootstrap servers (host:port,...) for the kafka channel\n"
     "  --exit-when-idle       exit once no event or delivery is due\n"
-    "  --no-migrate           do not apply pending migrations at start\n"
+    "  --no-migrate           do not apply pending migrations at start (a database\n"
+    "                         that lacks them is refused: run crier migrate)\n"
     "\n"
     "HTTP API (docs/API.md; off unless --http or CRIER_HTTP is given):\n"
     "  --http HOST:PORT       serve the HTTP API there (e.g. 127.0.0.1:8080; [::1]:8080;\n"
@@ -183,9 +185,17 @@ static int serve_option(void *ud, int opt, const char *arg)
         }
         a->cfg.kafka.bootstrap_servers = arg;
         return 0;
-    case SERVE_OPT_HTTP:
+    case SERVE_OPT_HTTP: {
+        /* the syntax is checked here, before anything runs; the address when the API starts */
+        const char *port = strrchr(arg, ':');
+        long n = port && port[1] ? strtol(port + 1, &end, 10) : -1;
+        if (!port || !port[1] || *end || n < 0 || n > 65535) {
+            crier_cli_error("serve", "--http expects HOST:PORT (127.0.0.1:8080, [::1]:8080, :8080), got '%s'", arg);
+            return -1;
+        }
         a->http.listen = arg;
         return 0;
+    }
     case SERVE_OPT_HTTP_THREADS:
         return crier_cli_positive_int("serve", "http-threads", arg, 256, &a->http.threads);
     case SERVE_OPT_HTTP_MAX_BODY: {
@@ -246,6 +256,21 @@ static int serve_check_rule_queries(const crier_cli *cli, crier_database *db)
     return 0;
 }
 
+/* With --no-migrate: checks that the database holds this crier's schema.
+ * Returns 0, or -1 with err set ("run crier migrate", or why it could not
+ * connect). */
+static int serve_check_schema(const char *conninfo, char *err, size_t err_len)
+{
+    PGconn *conn = PQconnectdb(conninfo);
+    int rc = -1;
+    if (PQstatus(conn) != CONNECTION_OK)
+        snprintf(err, err_len, "cannot connect: %s", PQerrorMessage(conn));
+    else
+        rc = crier_migrate_check(conn, err, err_len);
+    PQfinish(conn);
+    return rc;
+}
+
 int crier_cmd_serve(int argc, char **argv)
 {
     static const struct option options[] = {CLI_COMMON_OPTIONS,
@@ -294,7 +319,10 @@ int crier_cmd_serve(int argc, char **argv)
     cfg->shutdown_deadline = 10.0;
     cfg->handle_signals = true;
     cfg->watch_rules = true;
-    a.http.listen = getenv("CRIER_HTTP") && *getenv("CRIER_HTTP") ? getenv("CRIER_HTTP") : NULL;
+    if (getenv("CRIER_HTTP") && *getenv("CRIER_HTTP") && serve_option(&a, SERVE_OPT_HTTP, getenv("CRIER_HTTP")) < 0) {
+        rc = 2;
+        goto out;
+    }
     a.http.cors_origins = getenv("CRIER_CORS_ORIGIN");
     if (getenv("CRIER_ALLOW_TARGETS")) {
         char why[256];
@@ -314,11 +342,23 @@ int crier_cmd_serve(int argc, char **argv)
     }
     rc = 1;
     cfg->webhook.total_timeout_ms = a.timeout_ms;
+    /* The rules must load (directory, Lua library, settings) before anything
+     * touches the database: no cluster started, nothing migrated for a
+     * command line that cannot run. */
+    {
+        crier_rules *rules = crier_cli_load_rules(&cli);
+        if (!rules) {
+            crier_cli_error("serve", "the rules in %s do not load: nothing was started or migrated", cli.rules_dir);
+            goto out;
+        }
+        crier_rules_free(rules);
+    }
     if (crier_database_open(cli.database, cli.data_dir, false, &db, err, sizeof err) < 0) {
         crier_cli_error("serve", "%s", err);
         goto out;
     }
-    if (a.migrate && crier_migrate_run(db.conninfo, stderr, err, sizeof err) < 0) {
+    if (a.migrate ? crier_migrate_run(db.conninfo, stderr, err, sizeof err) < 0
+                  : serve_check_schema(db.conninfo, err, sizeof err) < 0) {
         crier_cli_error("serve", "%s", err);
         crier_database_close(&db);
         goto out;

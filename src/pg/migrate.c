@@ -275,3 +275,65 @@ fail:
     PQfinish(conn);
     return -1;
 }
+
+/* Whether name is among the n rows of res's first column. */
+static bool migrate_in_result(const PGresult *res, const char *name)
+{
+    for (int i = 0; i < PQntuples(res); i++)
+        if (!strcmp(PQgetvalue(res, i, 0), name))
+            return true;
+    return false;
+}
+
+int crier_migrate_check(PGconn *conn, char *err, size_t err_len)
+{
+    PGresult *res = PQexec(conn, "SELECT to_regclass('crier.schema_migrations') IS NOT NULL"
+                                 " AND to_regclass('crier.schema_functions') IS NOT NULL");
+    size_t missing = 0, missing_functions = 0;
+    const char *first = NULL;
+    int rc = -1;
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, err_len, "cannot read the database's schema: %s", PQresultErrorMessage(res));
+        goto out;
+    }
+    if (PQgetvalue(res, 0, 0)[0] != 't') {
+        snprintf(err, err_len, "the database has no crier schema yet: run crier migrate");
+        goto out;
+    }
+    PQclear(res);
+    res = PQexec(conn, "SELECT name FROM crier.schema_migrations");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, err_len, "cannot read crier.schema_migrations: %s", PQresultErrorMessage(res));
+        goto out;
+    }
+    for (size_t i = 0; i < crier_migrations_count; i++) {
+        if (!migrate_in_result(res, crier_migrations[i].name)) {
+            missing++;
+            first = first ? first : crier_migrations[i].name;
+        }
+    }
+    PQclear(res);
+    res = PQexec(conn, "SELECT name FROM crier.schema_functions");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        snprintf(err, err_len, "cannot read crier.schema_functions: %s", PQresultErrorMessage(res));
+        goto out;
+    }
+    for (size_t i = 0; i < crier_functions_count; i++)
+        missing_functions += !migrate_in_result(res, crier_functions[i].name);
+    if (missing)
+        snprintf(err, err_len,
+                 "the database's crier schema is behind this crier (%zu migration%s pending, from %s): "
+                 "run crier migrate",
+                 missing, missing == 1 ? "" : "s", first);
+    else if (missing_functions)
+        snprintf(err, err_len,
+                 "the database's crier schema is behind this crier (%zu function file%s never applied): "
+                 "run crier migrate",
+                 missing_functions, missing_functions == 1 ? "" : "s");
+    else
+        rc = 0;
+out:
+    PQclear(res);
+    return rc;
+}

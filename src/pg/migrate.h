@@ -10,6 +10,7 @@
 #ifndef CRIER_MIGRATE_H
 #define CRIER_MIGRATE_H
 
+#include <libpq-fe.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -47,5 +48,13 @@ extern const size_t crier_former_checksums_count;
  * error, migrations committed before it stay, the function step is all or
  * nothing. */
 int crier_migrate_run(const char *conninfo, FILE *out, char *err, size_t err_len);
+
+/* Checks, on the open connection conn, that the database holds the schema
+ * this binary embeds: every numbered migration and every function file
+ * recorded as applied (a changed function body is not checked: it cannot
+ * tell an older database from a newer one). Returns 0, or -1 with err set to
+ * what is missing and "run crier migrate" (or why the schema could not be
+ * read). Changes nothing. */
+int crier_migrate_check(PGconn *conn, char *err, size_t err_len);
 
 #endif

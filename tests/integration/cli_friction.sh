@@ -40,6 +40,47 @@ refused check --frobnicate
 [ "$(echo "$out" | wc -l)" -le 3 ] || fail "no whole help after a bad flag: $out"
 echo "$out" | grep -q "^crier check --help" || fail "the line pointing at --help: $out"
 
+note "an unmigrated database: run crier migrate"
+base=$("$CRIER_BIN" cluster url "$CRIER_TEST_PG")
+psql -XAtq "$base" -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS t_cli_friction_raw WITH (FORCE)" \
+    -c "CREATE DATABASE t_cli_friction_raw" >/dev/null
+RAW="$base dbname=t_cli_friction_raw"
+raw_sql() { psql -XAtq "$RAW" -v ON_ERROR_STOP=1 -c "$1"; }
+unmigrated() { # CMD-ARGS…: must fail on the unmigrated database and say to run crier migrate
+    if out=$("$CRIER_BIN" "$@" --database "$RAW" 2>&1); then fail "crier $* ran on an unmigrated database: $out"; fi
+    echo "$out" | grep -q "run crier migrate" || fail "crier $* says to run crier migrate: $out"
+}
+unmigrated status
+unmigrated emit --no-validate --tenant acme --type ping --entity p1
+unmigrated dead list
+unmigrated feed list --tenant acme --user ann
+unmigrated keys list
+unmigrated token --tenant acme --user ann
+unmigrated serve --no-migrate --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set ping_url=http://127.0.0.1:9/
+unmigrated try --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set ping_url=http://127.0.0.1:9/ \
+    --tenant acme --type ping --entity p1
+
+note "nothing is migrated (or started) before the arguments are valid"
+not_run() { # WHY CMD-ARGS…: serve must refuse before it migrates
+    local why=$1
+    shift
+    if out=$("$CRIER_BIN" serve --database "$RAW" --exit-when-idle "$@" 2>&1); then fail "serve ran $why: $out"; fi
+    assert_eq "" "$(raw_sql "SELECT to_regnamespace('crier')")" "nothing migrated $why ($out)"
+}
+not_run "with a missing rules directory" --rules "$WORK/missing"
+echo "$out" | grep -q "cannot open rules directory" || fail "serve says why: $out"
+not_run "with a setting the rules need missing" --rules "$CRIER_SOURCE_DIR/tests/support/rules"
+echo "$out" | grep -q "setting 'ping_url' is not set" || fail "serve names the setting: $out"
+not_run "with a malformed --http" --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set ping_url=http://127.0.0.1:9/ \
+    --http 127.0.0.1
+echo "$out" | grep -q "\-\-http expects HOST:PORT" || fail "serve says what --http takes: $out"
+
+"$CRIER_BIN" migrate --database "$RAW" >/dev/null
+"$CRIER_BIN" status --database "$RAW" >/dev/null || fail "status on the migrated database"
+raw_sql "DELETE FROM crier.schema_migrations WHERE name = (SELECT max(name) FROM crier.schema_migrations)"
+unmigrated status
+echo "$out" | grep -q "behind this crier (1 migration pending, from " || fail "status says what is behind: $out"
+
 note "log levels: commands say only what went wrong, the daemon says what it does"
 "$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules" >"$WORK/check.out" 2>"$WORK/check.err" ||
     fail "check of the examples: $(cat "$WORK/check.err")"
