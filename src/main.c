@@ -13,6 +13,7 @@
 
 static const char main_help[] =
     "usage: crier COMMAND [options]   (crier COMMAND --help for each)\n"
+    "       crier --version           the version, its schema and its Lua library\n"
     "\n"
     "crier is a notification engine: applications emit domain events, Lua rules\n"
     "decide who hears about them on which channels, and a C core fans them out and\n"
@@ -62,6 +63,11 @@ int main(int argc, char **argv)
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+        crier_log_set_level(CRIER_LOG_WARN);
+        crier_log_init_from_env();
+        return crier_cmd_version(argc - 1, argv + 1);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)

@@ -57,11 +57,13 @@ void crier_cli_init(crier_cli *cli)
 {
     memset(cli, 0, sizeof *cli);
     cli->rules_dir = getenv("CRIER_RULES");
-    if (!cli->rules_dir || !*cli->rules_dir)
-        cli->rules_dir = CRIER_SOURCE_EXAMPLES_DIR "/rules";
+    cli->rules_given = cli->rules_dir && *cli->rules_dir;
+    if (!cli->rules_given)
+        cli->rules_dir = crier_cli_bundled_rules();
     cli->lua_dir = getenv("CRIER_LUA_DIR");
-    if (!cli->lua_dir || !*cli->lua_dir)
-        cli->lua_dir = CRIER_SOURCE_LUA_DIR;
+    cli->lua_dir_given = cli->lua_dir && *cli->lua_dir;
+    if (!cli->lua_dir_given)
+        cli->lua_dir = crier_cli_install_paths()->lua_dir;
     for (char **e = environ; *e; e++) {
         if (!strncmp(*e, "CRIER_SET_", 10))
             crier_cli_set(cli, *e + 10);
@@ -87,9 +89,11 @@ static int cli_option(crier_cli *cli, int opt, const char *arg)
         return 1;
     case CLI_OPT_RULES:
         cli->rules_dir = arg;
+        cli->rules_given = true;
         return 1;
     case CLI_OPT_LUA_DIR:
         cli->lua_dir = arg;
+        cli->lua_dir_given = true;
         return 1;
     case CLI_OPT_SET:
         return crier_cli_set(cli, arg) == 0 ? 1 : -1;
@@ -120,8 +124,10 @@ void crier_cli_free(crier_cli *cli)
 crier_rules *crier_cli_load_rules(const crier_cli *cli)
 {
     char err[16384];
-    crier_rules *rules =
-        crier_rules_load(cli->lua_dir, cli->rules_dir, cli->settings, cli->n_settings, err, sizeof err);
+    crier_rules *rules;
+    if (crier_cli_require_lua_dir(NULL, cli) < 0)
+        return NULL;
+    rules = crier_rules_load(cli->lua_dir, cli->rules_dir, cli->settings, cli->n_settings, err, sizeof err);
     if (!rules)
         fprintf(stderr, "%s%s", err, err[0] && err[strlen(err) - 1] != '\n' ? "\n" : "");
     return rules;
@@ -272,6 +278,7 @@ int crier_cli_parse(crier_cli *cli, const char *help, int argc, char **argv, con
         return 1;
     if (cli->help) {
         fputs(help, stdout);
+        crier_cli_print_paths(stdout, cli);
         *rc = 0;
         return 1;
     }

@@ -3,18 +3,20 @@
  * entry points (each returns the process exit status).
  *
  * Layer: cli (src/cli/), may use engine, api and every layer below them.
- * Calls into: database, migrate (pg), rules, rules_query (rules), alloc (base).
+ * Calls into: database, migrate (pg), rules, rules_query (rules), alloc, install_paths (base).
  */
 #ifndef CRIER_CLI_H
 #define CRIER_CLI_H
 
 #include "database.h"
+#include "install_paths.h"
 #include "rules.h"
 #include "rules_query.h"
 
 #include <getopt.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #define CRIER_MAX_SETTINGS 64
 
@@ -44,8 +46,10 @@ enum {
     "  --database URL     libpq connection string (default: $CRIER_DATABASE_URL, else the\n"      \
     "                     embedded cluster)\n"                                                     \
     "  --data-dir DIR     embedded cluster directory (default: $CRIER_DATA_DIR or ./.crier/pg)\n"  \
-    "  --rules DIR        rules directory (default: $CRIER_RULES or the bundled examples/rules)\n" \
-    "  --lua-dir DIR      the crier Lua library (default: $CRIER_LUA_DIR or the bundled lua/)\n"   \
+    "  --rules DIR        rules directory (default: $CRIER_RULES; serve needs one, the other\n"    \
+    "                     commands use the bundled example rules, named below)\n"               \
+    "  --lua-dir DIR      the crier Lua library (default: $CRIER_LUA_DIR, else this binary's,\n"  \
+    "                     named below)\n"                                                        \
     "  --set NAME=VALUE   a setting for the rules (crier.setting); also CRIER_SET_NAME=VALUE\n"    \
     "  --config FILE      a Lua file returning a table of these options (batch_size = 500,\n"    \
     "                     set = { url = \"…\" }); flags given here win (also CRIER_CONFIG)\n"   \
@@ -74,6 +78,8 @@ typedef struct {
     const char *data_dir;
     const char *rules_dir;
     const char *lua_dir;
+    bool rules_given;   /* rules_dir came from --rules, CRIER_RULES or the config file */
+    bool lua_dir_given; /* lua_dir came from --lua-dir, CRIER_LUA_DIR or the config file */
     crier_setting settings[CRIER_MAX_SETTINGS];
     char *setting_storage[CRIER_MAX_SETTINGS];
     size_t n_settings;
@@ -82,7 +88,9 @@ typedef struct {
 } crier_cli;
 
 /* Fills defaults from the environment (CRIER_RULES, CRIER_LUA_DIR,
- * CRIER_SET_*). Call before parsing flags. */
+ * CRIER_SET_*), else the bundled files (crier_cli_install_paths: the Lua
+ * library, and the example rules, which serve refuses to run by default).
+ * Call before parsing flags. */
 void crier_cli_init(crier_cli *cli);
 
 /* Adds or replaces a setting "NAME=VALUE". Returns 0 or -1 (message printed). */
@@ -151,6 +159,28 @@ void crier_cli_unknown_option(const char *cmd, const char *word, const struct op
 
 /* Prints "crier CMD: message" to stderr. */
 void crier_cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The files this binary comes with: the installed layout beside it
+ * (BINDIR/../share/crier), else — for a binary in its build directory — the
+ * source tree (install_paths.h). Found once, on first use; never NULL. */
+const crier_install_paths *crier_cli_install_paths(void);
+
+/* The bundled example rules: crier_cli_install_paths()'s examples_dir/rules. */
+const char *crier_cli_bundled_rules(void);
+
+/* Prints, for --help, which Lua library cli uses and why (installed beside
+ * the binary, the source tree, or --lua-dir), and where the bundled example
+ * rules are. */
+void crier_cli_print_paths(FILE *out, const crier_cli *cli);
+
+/* Returns 0 when cli has a Lua library (given, or found beside the binary),
+ * else -1 after printing "crier CMD: cannot find crier's Lua library …" with
+ * the way out (cmd may be NULL: "crier: …"). */
+int crier_cli_require_lua_dir(const char *cmd, const crier_cli *cli);
+
+/* `crier --version`: the version, the embedded schema (latest migration, SQL
+ * checksum), LuaJIT and the Lua library in use. Returns 0. */
+int crier_cmd_version(int argc, char **argv);
 
 int crier_cmd_serve(int argc, char **argv);
 int crier_cmd_migrate(int argc, char **argv);

@@ -13,10 +13,12 @@
 #include <string.h>
 
 static const char serve_help[] =
-    "usage: crier serve [options]\n"
+    "usage: crier serve --rules DIR [options]\n"
     "\n"
     "Runs the engine: claims events, runs the rules, fans out notifications and\n"
-    "delivers them. Once the flags are checked and the rules load, it starts the\n"
+    "delivers them. The rules have no default: --rules DIR, CRIER_RULES or\n"
+    "rules = \"DIR\" in a --config file (the bundled example rules are named at\n"
+    "the end). Once the flags are checked and the rules load, it starts the\n"
     "embedded PostgreSQL cluster when no database is configured (and stops it on\n"
     "exit) and applies pending migrations.\n"
     "SIGTERM/SIGINT stop gracefully. The rules reload when a *.lua file in the rules\n"
@@ -338,6 +340,14 @@ int crier_cmd_serve(int argc, char **argv)
     rc = 2;
     if (optind < argc) {
         crier_cli_error("serve", "unexpected argument '%s' (see crier serve --help)", argv[optind]);
+        goto out;
+    }
+    if (!cli.rules_given) {
+        crier_cli_error("serve",
+                        "which rules? give the directory of your rules: --rules DIR (or CRIER_RULES=DIR, or "
+                        "rules = \"DIR\" in a --config file); crier check DIR validates them first.\n"
+                        "To run the bundled example rules: --rules %s",
+                        crier_cli_bundled_rules());
         goto out;
     }
     rc = 1;

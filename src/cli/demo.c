@@ -20,9 +20,10 @@
 static const char demo_help[] =
     "usage: crier demo [--data-dir DIR]\n"
     "\n"
-    "Runs the billing story on the embedded default: starts the private PostgreSQL\n"
-    "cluster (default ./.crier/pg; CRIER_DATABASE_URL is ignored), creates a fresh\n"
-    "database crier_demo in it, migrates, starts a local webhook receiver, emits a\n"
+    "Runs the billing story on the embedded default and the bundled example rules\n"
+    "(CRIER_DATABASE_URL and CRIER_RULES are ignored): starts the private\n"
+    "PostgreSQL cluster (default ./.crier/pg), creates a fresh database\n"
+    "crier_demo in it, migrates, starts a local webhook receiver, emits a\n"
     "batch of invoice.created events, then the job runner's retry of the whole batch\n"
     "after a timeout half way, runs the engine, and prints per person how many\n"
     "alerts arrived. Exit status 0 when every person got exactly one alert per\n"
@@ -120,6 +121,7 @@ int crier_cmd_demo(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
             fputs(demo_help, stdout);
+            crier_cli_print_paths(stdout, &cli);
             crier_cli_free(&cli);
             return 0;
         } else if (!strcmp(argv[i], "--data-dir") && i + 1 < argc) {
@@ -135,6 +137,10 @@ int crier_cmd_demo(int argc, char **argv)
             return 2;
         }
     }
+    /* the billing story runs the bundled example rules, whatever CRIER_RULES says */
+    cli.rules_dir = crier_cli_bundled_rules();
+    if (crier_cli_require_lua_dir("demo", &cli) < 0)
+        goto out;
     unsetenv("CRIER_DATABASE_URL");
     printf("== crier demo: the billing story ==\n");
     if (crier_database_open(NULL, cli.data_dir, false, &db, err, sizeof err) < 0) {

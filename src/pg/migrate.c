@@ -337,3 +337,33 @@ out:
     PQclear(res);
     return rc;
 }
+
+void crier_migrate_schema_checksum(char out[65])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    static const char hex[] = "0123456789abcdef";
+    const crier_migration *lists[2] = {crier_migrations, crier_functions};
+    const size_t counts[2] = {crier_migrations_count, crier_functions_count};
+
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        snprintf(out, 65, "unknown");
+        EVP_MD_CTX_free(ctx);
+        return;
+    }
+    for (int l = 0; l < 2; l++) {
+        for (size_t i = 0; i < counts[l]; i++) {
+            /* each file as its name and content, each NUL-terminated */
+            EVP_DigestUpdate(ctx, lists[l][i].name, strlen(lists[l][i].name) + 1);
+            EVP_DigestUpdate(ctx, lists[l][i].sql, strlen(lists[l][i].sql) + 1);
+        }
+    }
+    EVP_DigestFinal_ex(ctx, md, &n);
+    EVP_MD_CTX_free(ctx);
+    for (unsigned int i = 0; i < n && i < 32; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[64] = '\0';
+}

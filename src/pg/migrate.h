@@ -57,4 +57,11 @@ int crier_migrate_run(const char *conninfo, FILE *out, char *err, size_t err_len
  * read). Changes nothing. */
 int crier_migrate_check(PGconn *conn, char *err, size_t err_len);
 
+/* Writes the version of the embedded schema to out: the SHA-256 (64 hex
+ * digits) over every numbered migration and function file, name and
+ * content, in order — equal for two binaries exactly when they apply the same
+ * SQL ("unknown" if OpenSSL fails). The latest migration is
+ * crier_migrations[crier_migrations_count - 1]. */
+void crier_migrate_schema_checksum(char out[65]);
+
 #endif

@@ -14,10 +14,10 @@ emit_batch() { # attempt from to
 }
 
 emit_batch 1 1 5 # attempt 1 times out after 5 of 10
-"$CRIER_BIN" serve --exit-when-idle --set "billing_webhook_url=$RECEIVER_URL" 2>"$WORK/serve1.log" ||
+"$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --exit-when-idle --set "billing_webhook_url=$RECEIVER_URL" 2>"$WORK/serve1.log" ||
     fail "serve failed: $(cat "$WORK/serve1.log")"
 emit_batch 2 1 10 # the retry of the whole batch
-"$CRIER_BIN" serve --exit-when-idle --set "billing_webhook_url=$RECEIVER_URL" 2>"$WORK/serve2.log" ||
+"$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --exit-when-idle --set "billing_webhook_url=$RECEIVER_URL" 2>"$WORK/serve2.log" ||
     fail "serve failed: $(cat "$WORK/serve2.log")"
 
 assert_eq 15 "$(sql "SELECT count(*) FROM crier.events WHERE state = 'done'")" "every event processed"

@@ -75,12 +75,13 @@ start_receiver() {
     RECEIVER_URL="http://127.0.0.1:$(cat "$WORK/$name.port")/hooks/billing"
 }
 
-# start_serve NAME [crier serve args…]: starts `crier serve` in the background
-# with its log in $WORK/NAME.log; sets SERVE_PID.
+# start_serve NAME [crier serve args…]: starts `crier serve` on the example
+# rules in the background with its log in $WORK/NAME.log; sets SERVE_PID.
 start_serve() {
     local name=$1
     shift
-    "$CRIER_BIN" serve --set "billing_webhook_url=$RECEIVER_URL" "$@" >"$WORK/$name.log" 2>&1 &
+    "$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --set "billing_webhook_url=$RECEIVER_URL" "$@" \
+        >"$WORK/$name.log" 2>&1 &
     SERVE_PID=$!
     PIDS+=("$SERVE_PID")
 }
