@@ -6,6 +6,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "rules_query.h"
+#include "sd_notify.h"
 #include "target_guard.h"
 
 #include <stdio.h>
@@ -25,6 +26,9 @@ static const char serve_help[] =
     "directory changes (write a temporary file and rename it over the old one to\n"
     "deploy) and on SIGHUP; a broken version is rejected, logged with file:line and\n"
     "shown by crier status, and the running one kept.\n"
+    "Under systemd (Type=notify, packaging/crier.service.in) it says READY=1 once it\n"
+    "serves, STOPPING=1 on SIGTERM, and pings the watchdog when WatchdogSec= is set\n"
+    "(docs/OPERATIONS.md).\n"
     "\n"
     "options:\n" CLI_COMMON_HELP CLI_RULE_QUERY_HELP
     "  --batch-size N         events per fan-out transaction (default 500)\n"
@@ -313,6 +317,8 @@ int crier_cmd_serve(int argc, char **argv)
     char err[16384];
     int rc = 1;
 
+    /* first: the embedded PostgreSQL must not inherit NOTIFY_SOCKET */
+    crier_sd_notify_init();
     crier_cli_init(&cli);
     memset(&a, 0, sizeof a);
     a.migrate = true;
@@ -321,6 +327,7 @@ int crier_cmd_serve(int argc, char **argv)
     cfg->shutdown_deadline = 10.0;
     cfg->handle_signals = true;
     cfg->watch_rules = true;
+    cfg->notify_service_manager = true;
     if (getenv("CRIER_HTTP") && *getenv("CRIER_HTTP") && serve_option(&a, SERVE_OPT_HTTP, getenv("CRIER_HTTP")) < 0) {
         rc = 2;
         goto out;

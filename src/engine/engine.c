@@ -6,10 +6,12 @@
 #include "log.h"
 #include "rules_query.h"
 #include "rules_reload.h"
+#include "sd_notify.h"
 
 #include <ev.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@ typedef struct {
     ev_timer poll;
     ev_prepare before_sleep;
     ev_signal sig_term, sig_int, sig_hup;
+    ev_timer watchdog; /* the service manager's watchdog pings (notify_service_manager) */
     bool stopping;
     bool listening;
 
@@ -97,6 +100,30 @@ static void engine_write_status(engine *e)
     crier_pg_params_text(p, rl->last_error[0] ? e->error_at : NULL);
     if (crier_pg_query(e->pg_listen, SQL_STATUS, p, engine_on_status_written, e) == 0)
         e->status_dirty = false;
+}
+
+/* Tells the service manager the state formatted from fmt (sd_notify.h), when
+ * serve asked for it; a failed send is logged, never fatal. */
+static void engine_notify(engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void engine_notify(engine *e, const char *fmt, ...)
+{
+    char state[512], err[256];
+    va_list ap;
+    if (!e->cfg->notify_service_manager)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(state, sizeof state, fmt, ap);
+    va_end(ap);
+    if (crier_sd_notify(state, err, sizeof err) < 0)
+        crier_warn("engine", "%s", err);
+}
+
+/* The watchdog's ping: the main loop turns, so the engine is alive. */
+static void engine_watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    engine_notify(w->data, "WATCHDOG=1");
 }
 
 static void engine_kick_all(engine *e)
@@ -201,6 +228,7 @@ static void engine_stop(engine *e)
     e->stopping = true;
     crier_info("engine", "stopping: no new claims; letting in-flight work finish (deadline %.0fs)",
                e->cfg->shutdown_deadline);
+    engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
     crier_fanout_stop(e->fanout);
     crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
@@ -231,12 +259,16 @@ static void engine_reload(engine *e, const char *why)
     crier_rules *rules;
     bool had_error = e->reloader.last_error[0] != '\0';
 
+    engine_notify(e, "RELOADING=1\nSTATUS=reloading the rules (%s)", why);
     switch (crier_rules_reloader_reload(&e->reloader, "the engine", why, &rules)) {
     case CRIER_RELOAD_FAILED:
         e->status_dirty = true;
+        engine_notify(e, "READY=1\nSTATUS=running: rules version %.12s (a reload was rejected: see crier status)",
+                      e->reloader.version);
         break;
     case CRIER_RELOAD_UNCHANGED:
         e->status_dirty = e->status_dirty || had_error; /* a broken edit was reverted */
+        engine_notify(e, "READY=1\nSTATUS=running: rules version %.12s", e->reloader.version);
         break;
     case CRIER_RELOAD_NEW:
         e->status_dirty = true;
@@ -246,6 +278,7 @@ static void engine_reload(engine *e, const char *why)
         engine_reload_slow_lane(e);
         if (cfg->on_rules_reloaded)
             cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->reloader.version);
+        engine_notify(e, "READY=1\nSTATUS=running: rules version %.12s", e->reloader.version);
         break;
     }
     engine_write_status(e);
@@ -413,6 +446,16 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     }
     engine_kick_all(&e);
     crier_info("engine", "running (poll every %.1fs)", cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
+    ev_timer_init(&e.watchdog, engine_watchdog_cb, 0., crier_sd_watchdog_timeout() / 2);
+    e.watchdog.data = &e;
+    if (cfg->notify_service_manager && crier_sd_notify_init()) {
+        engine_notify(&e, "READY=1\nSTATUS=running: rules version %.12s", e.reloader.version);
+        if (crier_sd_watchdog_timeout() > 0) {
+            crier_info("engine", "pinging the service manager's watchdog every %.1fs",
+                       crier_sd_watchdog_timeout() / 2);
+            ev_timer_start(e.loop, &e.watchdog);
+        }
+    }
     ev_run(e.loop, 0);
 
     {
@@ -443,6 +486,7 @@ out:
         ev_signal_stop(e.loop, &e.sig_hup);
     }
     ev_timer_stop(e.loop, &e.poll);
+    ev_timer_stop(e.loop, &e.watchdog);
     ev_async_stop(e.loop, &e.delivery_changed);
     ev_timer_stop(e.loop, &e.reload_debounce);
     if (e.inotify_fd >= 0) {

@@ -6,7 +6,7 @@
  * crier.rules_status.
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: delivery, fanout, log (base), rules (rules), rules_query (rules), webhook (channels).
+ * Calls into: delivery, fanout, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
  */
 #ifndef CRIER_ENGINE_H
 #define CRIER_ENGINE_H
@@ -39,6 +39,10 @@ typedef struct crier_engine_config {
     bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
     bool handle_signals;      /* install TERM/INT/HUP watchers */
     bool watch_rules;         /* reload when a *.lua file in rules_dir changes (inotify) */
+    /* tell a service manager (sd_notify.h: systemd, Type=notify) when the
+     * engine runs (READY=1), reloads and stops, and ping its watchdog when it
+     * set one (crier serve; call crier_sd_notify_init before children start) */
+    bool notify_service_manager;
     /* Called from the loop after a new rules version was accepted (not for
      * rejected or unchanged ones), e.g. so the HTTP API reloads its copy. */
     void (*on_rules_reloaded)(void *ud, const char *version);
