@@ -148,6 +148,7 @@ int crier_cmd_demo(int argc, char **argv)
         goto out;
     }
     printf("embedded PostgreSQL: %s\n", db.data_dir);
+    printf("rules: %s (Lua library %s)\n", cli.rules_dir, cli.lua_dir);
     /* a fresh database owned by the service role: the demo, like serve, never works as the superuser */
     if (crier_database_create(&db, "crier_demo", true, conninfo, sizeof conninfo, err, sizeof err) < 0) {
         crier_cli_error("demo", "%s", err);
