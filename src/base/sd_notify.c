@@ -29,7 +29,8 @@ bool crier_sd_notify_init(void)
     if (sock && (sock[0] == '/' || sock[0] == '@') && strlen(sock) < sizeof notify_socket)
         snprintf(notify_socket, sizeof notify_socket, "%s", sock);
     else if (sock && *sock)
-        crier_warn("sd_notify", "NOTIFY_SOCKET=%s is not a path or an abstract name (@…): not notifying", sock);
+        crier_warn("sd_notify",
+                   "NOTIFY_SOCKET=%s is not a path or an abstract name (@…): not notifying", sock);
     /* the watchdog is this process's only when WATCHDOG_PID is unset or names it */
     if (usec && (!pid || strtol(pid, NULL, 10) == (long)getpid())) {
         char *end;
@@ -53,18 +54,22 @@ int crier_sd_notify_to(const char *socket_name, const char *state, char *err, si
 
     memset(&addr, 0, sizeof addr);
     addr.sun_family = AF_UNIX;
-    if (name_len == 0 || name_len >= sizeof addr.sun_path || (socket_name[0] != '/' && socket_name[0] != '@')) {
-        crier_set_error(err, err_len, "notification socket '%s' is not a path or an abstract name (@…)",
+    if (name_len == 0 || name_len >= sizeof addr.sun_path ||
+        (socket_name[0] != '/' && socket_name[0] != '@')) {
+        crier_set_error(err, err_len,
+                        "notification socket '%s' is not a path or an abstract name (@…)",
                         socket_name);
         return -1;
     }
     memcpy(addr.sun_path, socket_name, name_len);
     if (addr.sun_path[0] == '@')
         addr.sun_path[0] = '\0'; /* an abstract name: its length counts, no NUL at its end */
-    addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + name_len + (socket_name[0] == '/'));
+    addr_len =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + name_len + (socket_name[0] == '/'));
     fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        crier_set_error(err, err_len, "cannot create a socket to notify %s: %s", socket_name, strerror(errno));
+        crier_set_error(err, err_len, "cannot create a socket to notify %s: %s", socket_name,
+                        strerror(errno));
         return -1;
     }
     sent = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (const struct sockaddr *)&addr, addr_len);

@@ -23,11 +23,14 @@ const crier_install_paths *crier_cli_install_paths(void)
         return &install_paths;
     install_found = true;
     if (crier_install_paths_self(exe, sizeof exe, NULL, 0) == 0) {
-        crier_install_paths_find(exe, CRIER_DATA_FROM_BIN, CRIER_BUILD_DIR, CRIER_SOURCE_DIR, &install_paths);
+        crier_install_paths_find(exe, CRIER_DATA_FROM_BIN, CRIER_BUILD_DIR, CRIER_SOURCE_DIR,
+                                 &install_paths);
     } else {
         install_paths.origin = CRIER_PATHS_NONE;
-        snprintf(install_paths.lua_dir, sizeof install_paths.lua_dir, "(unknown: /proc/self/exe is unreadable)");
-        snprintf(install_paths.examples_dir, sizeof install_paths.examples_dir, "%s", install_paths.lua_dir);
+        snprintf(install_paths.lua_dir, sizeof install_paths.lua_dir,
+                 "(unknown: /proc/self/exe is unreadable)");
+        snprintf(install_paths.examples_dir, sizeof install_paths.examples_dir, "%s",
+                 install_paths.lua_dir);
     }
     snprintf(install_rules, sizeof install_rules, "%s/rules", install_paths.examples_dir);
     return &install_paths;
@@ -85,7 +88,8 @@ int crier_cmd_version(int argc, char **argv)
     crier_cli_init(&cli);
     crier_migrate_schema_checksum(checksum);
     printf("crier %s\n", CRIER_VERSION);
-    printf("schema: %zu migrations up to %s, %zu function files; sql checksum %.12s\n", crier_migrations_count,
+    printf("schema: %zu migrations up to %s, %zu function files; sql checksum %.12s\n",
+           crier_migrations_count,
            crier_migrations_count ? crier_migrations[crier_migrations_count - 1].name : "(none)",
            crier_functions_count, checksum);
     printf("rules runtime: %s; Lua library %s (%s)\n", LUAJIT_VERSION, cli.lua_dir,

@@ -30,7 +30,8 @@ static size_t suggest_distance(const char *a, const char *b)
                 best = d[i - 1][j] + 1;
             if (d[i][j - 1] + 1 < best)
                 best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
                 best = d[i - 2][j - 2] + 1;
             d[i][j] = best;
         }
@@ -81,13 +82,18 @@ void crier_cli_unknown_option(const char *cmd, const char *word, const struct op
     for (const struct option *o = options; o->name && n < sizeof names / sizeof names[0]; o++) {
         names[n++] = o->name;
         /* getopt_long takes a unique abbreviation: a shared one is ambiguous */
-        if (name[0] && !strncmp(o->name, name, strlen(name)) && n_prefixed < sizeof prefixed / sizeof prefixed[0])
+        if (name[0] && !strncmp(o->name, name, strlen(name)) &&
+            n_prefixed < sizeof prefixed / sizeof prefixed[0])
             prefixed[n_prefixed++] = o->name;
     }
     if (n_prefixed > 1) {
         fprintf(stderr, "crier %s: option '%s' is ambiguous\ndid you mean", cmd, word);
         for (size_t i = 0; i < n_prefixed; i++)
-            fprintf(stderr, "%s --%s", i == 0 ? "" : i + 1 == n_prefixed ? " or" : ",", prefixed[i]);
+            fprintf(stderr, "%s --%s",
+                    i == 0                ? ""
+                    : i + 1 == n_prefixed ? " or"
+                                          : ",",
+                    prefixed[i]);
         fputs("?\n", stderr);
     } else {
         fprintf(stderr, "crier %s: unknown option '%s'\n", cmd, word);

@@ -79,7 +79,8 @@ static void test_build_tree(void)
     touch("src/build/crier");
 
     /* a binary in its build directory uses the source tree it was built from */
-    crier_install_paths_find(at("src/build/crier"), "../share/crier", at("src/build"), at("src"), &p);
+    crier_install_paths_find(at("src/build/crier"), "../share/crier", at("src/build"), at("src"),
+                             &p);
     CHECK(p.origin == CRIER_PATHS_SOURCE_TREE);
     CHECK_STR(p.lua_dir, at("src/lua"));
     CHECK_STR(p.examples_dir, at("src/examples"));
@@ -97,14 +98,16 @@ static void test_elsewhere(void)
     touch("opt/tools/crier");
 
     /* a copy outside the build directory, with no installed layout beside it */
-    crier_install_paths_find(at("opt/tools/crier"), "../share/crier", at("src/build"), at("src"), &p);
+    crier_install_paths_find(at("opt/tools/crier"), "../share/crier", at("src/build"), at("src"),
+                             &p);
     CHECK(p.origin == CRIER_PATHS_NONE);
     CHECK_STR(p.lua_dir, at("opt/share/crier/lua")); /* tidied, though it does not exist */
 
     /* an installed layout inside a build directory wins over the source tree */
     make_dirs("src/share/crier/lua/crier");
     touch("src/share/crier/lua/crier/init.lua");
-    crier_install_paths_find(at("src/build/crier"), "../share/crier", at("src/build"), at("src"), &p);
+    crier_install_paths_find(at("src/build/crier"), "../share/crier", at("src/build"), at("src"),
+                             &p);
     CHECK(p.origin == CRIER_PATHS_INSTALLED);
     CHECK_STR(p.lua_dir, at("src/share/crier/lua"));
 }
@@ -127,7 +130,8 @@ int main(void)
 
     snprintf(tmpl, sizeof tmpl, "%s/install-paths-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpl)) {
-        snprintf(tmpl, sizeof tmpl, "/tmp/install-paths-XXXXXX"); /* CRIER_TEST_DIR may not exist yet */
+        snprintf(tmpl, sizeof tmpl,
+                 "/tmp/install-paths-XXXXXX"); /* CRIER_TEST_DIR may not exist yet */
         if (!mkdtemp(tmpl)) {
             perror("mkdtemp");
             return 1;

@@ -23,7 +23,8 @@ static int bind_socket(const char *name)
     memcpy(addr.sun_path, name, len);
     if (name[0] == '@')
         addr.sun_path[0] = '\0';
-    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0) {
+    if (fd < 0 || bind(fd, (struct sockaddr *)&addr,
+                       (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0) {
         perror(name);
         exit(1);
     }
