@@ -7,6 +7,7 @@
 #include "check.h"
 #include "install_paths.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -29,20 +30,6 @@ static void make_dirs(const char *rel)
     mkdir(path, 0755);
 }
 
-/* Creates the empty file root/rel (its directory must exist). */
-static void touch(const char *rel)
-{
-    char path[8192];
-    FILE *f;
-    snprintf(path, sizeof path, "%s/%s", root, rel);
-    f = fopen(path, "w");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    fclose(f);
-}
-
 /* root/rel as an absolute path, in a static buffer of one of 4 slots. */
 static const char *at(const char *rel)
 {
@@ -51,6 +38,23 @@ static const char *at(const char *rel)
     char *b = bufs[next++ % 4];
     snprintf(b, sizeof bufs[0], "%s/%s", root, rel);
     return b;
+}
+
+/* Creates the empty file root/rel (its directory must exist). */
+static void touch(const char *rel)
+{
+    int fd = open(at(rel), O_CREAT | O_WRONLY, 0644);
+    if (fd < 0) {
+        perror(rel);
+        exit(1);
+    }
+    close(fd);
+}
+
+/* Finds the files of the binary root/exe, built in root/src/build from root/src. */
+static void find(const char *exe, crier_install_paths *p)
+{
+    crier_install_paths_find(at(exe), "../share/crier", at("src/build"), at("src"), p);
 }
 
 static void test_installed(void)
@@ -79,14 +83,13 @@ static void test_build_tree(void)
     touch("src/build/crier");
 
     /* a binary in its build directory uses the source tree it was built from */
-    crier_install_paths_find(at("src/build/crier"), "../share/crier", at("src/build"), at("src"),
-                             &p);
+    find("src/build/crier", &p);
     CHECK(p.origin == CRIER_PATHS_SOURCE_TREE);
     CHECK_STR(p.lua_dir, at("src/lua"));
     CHECK_STR(p.examples_dir, at("src/examples"));
 
     /* the installed binary of that build does not, wherever the source tree is */
-    crier_install_paths_find(at("usr/bin/crier"), "../share/crier", at("src/build"), at("src"), &p);
+    find("usr/bin/crier", &p);
     CHECK(p.origin == CRIER_PATHS_INSTALLED);
     CHECK_STR(p.lua_dir, at("usr/share/crier/lua"));
 }
@@ -98,16 +101,14 @@ static void test_elsewhere(void)
     touch("opt/tools/crier");
 
     /* a copy outside the build directory, with no installed layout beside it */
-    crier_install_paths_find(at("opt/tools/crier"), "../share/crier", at("src/build"), at("src"),
-                             &p);
+    find("opt/tools/crier", &p);
     CHECK(p.origin == CRIER_PATHS_NONE);
     CHECK_STR(p.lua_dir, at("opt/share/crier/lua")); /* tidied, though it does not exist */
 
     /* an installed layout inside a build directory wins over the source tree */
     make_dirs("src/share/crier/lua/crier");
     touch("src/share/crier/lua/crier/init.lua");
-    crier_install_paths_find(at("src/build/crier"), "../share/crier", at("src/build"), at("src"),
-                             &p);
+    find("src/build/crier", &p);
     CHECK(p.origin == CRIER_PATHS_INSTALLED);
     CHECK_STR(p.lua_dir, at("src/share/crier/lua"));
 }
