@@ -9,6 +9,7 @@
 
 #include "clock.h"
 #include "http_cors.h"
+#include "http_framing.h"
 #include "http_pool.h"
 #include "http_query.h"
 #include "http_router.h"
@@ -55,10 +56,10 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
     crier_http_server *server = cls;
     crier_http_request *r = *con_cls;
     char allow[64];
-    (void)version;
 
     if (!r) {
         const char *length;
+        char framing[256];
         r = calloc(1, sizeof *r);
         if (!r)
             return MHD_NO;
@@ -79,6 +80,16 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
         for (char *c = r->path; *c; c++)
             if ((unsigned char)*c < 0x20 || *c == 0x7f)
                 *c = '?';
+        /* refuse framing a proxy in front could read differently, before
+         * any of the body is read, and close the connection: what follows
+         * on it must not be taken for another request */
+        if (crier_http_framing_check(conn, version, framing, sizeof framing) < 0) {
+            r->responded = true;
+            crier_debug("http", "%s %s refused: %s (request %llu)", method, r->path, framing,
+                        r->id);
+            crier_http_error(r, 400, "invalid_framing", "%s", framing);
+            return crier_http_route_respond(r, NULL, true);
+        }
         /* refuse an announced oversized body before it is sent */
         length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (length && strtoull(length, NULL, 10) > server->ctx.max_body) {

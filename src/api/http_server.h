@@ -20,11 +20,12 @@
  * rules generation, counters: http_pool, http_rules, http_stats), the request
  * toolkit (http_request, http_query), credentials and cursors (http_auth),
  * pages (http_page), live feeds (http_stream), the endpoints (http_handlers*),
- * routing and CORS (http_router, http_cors), and this server on top: nothing
- * below includes this header.
+ * routing and CORS (http_router, http_cors), the framing check of a
+ * request's headers (http_framing), and this server on top: nothing below
+ * includes this header.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: http_router, http_cors, http_pool, http_query, http_rules,
+ * Calls into: http_router, http_framing, http_cors, http_pool, http_query, http_rules,
  * http_stats, http_stream; clock, log (base).
  */
 #ifndef CRIER_HTTP_SERVER_H
