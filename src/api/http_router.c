@@ -198,6 +198,15 @@ void crier_http_route_dispatch(crier_http_request *r, char *allow, size_t allow_
                          "send the body as Content-Type: application/json");
         return;
     }
+    /* before PostgreSQL or the rules parse it: their parsers recurse */
+    if (r->body.len > 0 &&
+        crier_http_json_too_deep(r->body.data, r->body.len, CRIER_HTTP_JSON_MAX_DEPTH)) {
+        crier_http_error(r, 400, "json_too_deep",
+                         "the request body nests arrays and objects deeper than %d levels: "
+                         "send at most %d levels of [ and {",
+                         CRIER_HTTP_JSON_MAX_DEPTH, CRIER_HTTP_JSON_MAX_DEPTH);
+        return;
+    }
     if (route->txn) {
         if (crier_http_txn_begin(r) < 0)
             goto out;

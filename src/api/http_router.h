@@ -27,7 +27,8 @@ const char *crier_http_route_label(int route);
 
 /* Answers r: sets r->route and the response (an error response for a bad
  * header, an unknown path, a method not allowed, an oversized or non-JSON
- * body, a failed authentication). allow (allow_len bytes) receives the Allow
+ * body, JSON nested deeper than CRIER_HTTP_JSON_MAX_DEPTH, a failed
+ * authentication). allow (allow_len bytes) receives the Allow
  * header's value for a 405 or a preflight, "" otherwise. */
 void crier_http_route_dispatch(crier_http_request *r, char *allow, size_t allow_len);
 
