@@ -13,16 +13,7 @@
 # Content-Length's value.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
-mkdir -p "$WORK/rules"
-cat >"$WORK/rules/rules.lua" <<'LUA'
-local crier = require "crier"
-crier.event_type "note.created" { payload = { text = "string" } }
-crier.rule "note.created" {
-    recipients = { "ann" },
-    channels = { "feed" },
-    feed = { title = "{{ payload.text }}" },
-}
-LUA
+note_rules
 start_api serve
 KEY=$("$CRIER_BIN" keys create --tenant acme --name tests 2>/dev/null)
 [[ $KEY == crk_* ]] || fail "crier keys create printed '$KEY'"

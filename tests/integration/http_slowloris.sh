@@ -15,16 +15,7 @@
 # addresses.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
-mkdir -p "$WORK/rules"
-cat >"$WORK/rules/rules.lua" <<'LUA'
-local crier = require "crier"
-crier.event_type "note.created" { payload = { text = "string" } }
-crier.rule "note.created" {
-    recipients = { "ann" },
-    channels = { "feed" },
-    feed = { title = "{{ payload.text }}" },
-}
-LUA
+note_rules
 
 help=$("$CRIER_BIN" serve --help)
 for flag in --http-max-per-address --http-read-timeout --http-max-streams; do
