@@ -22,7 +22,7 @@
  *   and closes the connection, before crier sees the request.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: libmicrohttpd only.
+ * Calls into: log (base).
  */
 #ifndef CRIER_HTTP_FRAMING_H
 #define CRIER_HTTP_FRAMING_H
