@@ -180,7 +180,9 @@ static int auth_user_token(crier_http_request *r, const char *token)
     payload_len =
         crier_base64url_decode(payload64, (size_t)(dot - payload64), payload, sizeof payload - 1);
     mac_len = crier_base64url_decode(dot + 1, strlen(dot + 1), mac, sizeof mac);
-    if (payload_len <= 0 || mac_len != 32 || memchr(payload, '\0', (size_t)payload_len))
+    if (payload_len <= 0 || mac_len != 32 || memchr(payload, '\0', (size_t)payload_len) ||
+        crier_http_json_too_deep((const char *)payload, (size_t)payload_len,
+                                 CRIER_HTTP_JSON_MAX_DEPTH))
         return crier_http_error(r, 401, "invalid_token", "the user token is malformed");
     payload[payload_len] = '\0';
     /* PostgreSQL reads the payload (JSON) and the claimed tenant's secret; the

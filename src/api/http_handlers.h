@@ -6,8 +6,8 @@
  *
  * Layer: api (src/api/), may use pg, rules, base.
  * Calls into: http_request, http_query, http_page, http_auth, http_rules,
- * http_stream, http_stats (and http_feed_sql's statements); json_writer,
- * log, time_arg (base).
+ * http_stream, http_stats, http_guard (its metrics) (and http_feed_sql's
+ * statements); json_writer, log, time_arg (base).
  */
 #ifndef CRIER_HTTP_HANDLERS_H
 #define CRIER_HTTP_HANDLERS_H

@@ -7,6 +7,7 @@
 #include "http_handlers.h"
 
 #include "http_auth.h"
+#include "http_guard.h"
 #include "http_page.h"
 #include "http_query.h"
 #include "http_rules.h"
@@ -249,6 +250,7 @@ int crier_http_metrics(crier_http_request *r)
     crier_http_stats_write(r->ctx->stats, &out);
     crier_http_rules_write_metrics(r->ctx->rules, &out);
     crier_http_streams_metrics(r->ctx->streams, &out);
+    crier_http_guard_metrics(r->ctx->guard, &out);
     r->content_type = "text/plain; version=0.0.4; charset=utf-8";
     crier_http_reply(r, 200, out.data, out.len);
     crier_json_buf_free(&out);

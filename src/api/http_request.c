@@ -180,6 +180,29 @@ int crier_http_path_id(crier_http_request *r, const char *segment, const char *w
  * JSON body fields
  */
 
+bool crier_http_json_too_deep(const char *s, size_t len, int max_depth)
+{
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped byte cannot end the string */
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth)
+                return true;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return false;
+}
+
 int crier_http_body_fields(crier_http_request *r, const char *const *names, int n,
                            crier_http_field *out, bool empty_ok)
 {

@@ -26,13 +26,15 @@ typedef enum {
 #define CRIER_HTTP_MAX_SEGMENTS 8
 #define CRIER_HTTP_ID_MAX 200 /* tenant and user ids, idempotency keys */
 #define CRIER_HTTP_SECRET_MAX 64
-#define CRIER_HTTP_PAGE_MAX 100 /* largest page of a list (a larger ?limit is refused) */
+#define CRIER_HTTP_PAGE_MAX 100      /* largest page of a list (a larger ?limit is refused) */
+#define CRIER_HTTP_JSON_MAX_DEPTH 64 /* deepest nesting of [ and { in a request's JSON */
 
 struct crier_http_pool;
 struct crier_http_rules;
 struct crier_http_streams;
 struct crier_http_stats;
 struct crier_http_cors;
+struct crier_http_guard;
 struct crier_http_stream;
 
 /* What a request may use of the server that runs it: set up once by the
@@ -43,6 +45,7 @@ typedef struct {
     struct crier_http_streams *streams; /* live feeds (http_stream.h) */
     struct crier_http_stats *stats;     /* request counters (http_stats.h) */
     struct crier_http_cors *cors;       /* the origins browsers may call from (http_cors.h) */
+    struct crier_http_guard *guard;     /* read deadlines, live-feed slots (http_guard.h) */
     size_t max_body;                    /* largest request body in bytes */
     double healthz_max_lag;             /* seconds the oldest due event may wait */
 } crier_http_context;
@@ -84,6 +87,7 @@ typedef struct crier_http_request {
     bool query_token;                 /* the route takes a user token in ?access_token= */
     struct crier_http_stream *stream; /* a live feed: the response is this stream */
     bool responded;                   /* queued early (an oversized upload) */
+    bool stream_slot;                 /* holds a live-feed slot (http_guard.h) until it completes */
 } crier_http_request;
 
 /* Sets the response: status and a JSON (or content_type) body of len bytes,
@@ -142,11 +146,19 @@ typedef struct {
 
 /* Parses the request body (PostgreSQL parses it: no JSON parser here) as a
  * JSON object with the fields names[0..n) and no others, into out[0..n).
+ * The router has already refused a body nested deeper than
+ * CRIER_HTTP_JSON_MAX_DEPTH.
  * An empty body is {} when empty_ok. Returns 0, or -1 with 400
  * malformed_json (not JSON, a NUL byte) or invalid_field (not an object, an
  * unknown field) set. Needs the request's transaction. */
 int crier_http_body_fields(crier_http_request *r, const char *const *names, int n,
                            crier_http_field *out, bool empty_ok);
+
+/* True when the len bytes of JSON text at s nest arrays and objects deeper
+ * than max_depth levels: a byte scan counting [ and { outside strings
+ * (escapes honoured), not a parse, so that it can run before anything
+ * parses the text, whatever the text is, in one pass and no memory. */
+bool crier_http_json_too_deep(const char *s, size_t len, int max_depth);
 
 /* Field accessors: a string field of 1..max bytes (ids: no control
  * characters), an integer field within [min, max]. An absent field gives

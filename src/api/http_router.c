@@ -8,6 +8,7 @@
 
 #include "http_auth.h"
 #include "http_cors.h"
+#include "http_guard.h"
 #include "http_handlers.h"
 #include "http_query.h"
 #include "http_stream.h"
@@ -198,12 +199,33 @@ void crier_http_route_dispatch(crier_http_request *r, char *allow, size_t allow_
                          "send the body as Content-Type: application/json");
         return;
     }
+    /* before PostgreSQL or the rules parse it: their parsers recurse */
+    if (r->body.len > 0 &&
+        crier_http_json_too_deep(r->body.data, r->body.len, CRIER_HTTP_JSON_MAX_DEPTH)) {
+        crier_http_error(r, 400, "json_too_deep",
+                         "the request body nests arrays and objects deeper than %d levels: "
+                         "send at most %d levels of [ and {",
+                         CRIER_HTTP_JSON_MAX_DEPTH, CRIER_HTTP_JSON_MAX_DEPTH);
+        return;
+    }
     if (route->txn) {
         if (crier_http_txn_begin(r) < 0)
             goto out;
         r->query_token = route->auth == ROUTE_USER_QUERY;
         if (route->auth != ROUTE_PUBLIC && crier_http_authenticate(r, route->auth != ROUTE_KEY) < 0)
             goto out;
+    }
+    /* a live feed holds its connection for hours: only so many at once, so
+     * that the other connections stay for ordinary requests */
+    if (route->fn == crier_http_feed_stream) {
+        if (crier_http_guard_stream_acquire(r->ctx->guard) < 0) {
+            crier_http_error(r, 503, "busy",
+                             "all %d live-feed slots are taken (--http-max-streams); reconnect "
+                             "in a while (ordinary requests are still answered)",
+                             crier_http_guard_max_streams(r->ctx->guard));
+            goto out;
+        }
+        r->stream_slot = true;
     }
     route->fn(r);
 out:

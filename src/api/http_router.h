@@ -6,8 +6,8 @@
  * the handler opened is played instead.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: http_handlers, http_auth, http_query, http_cors, http_stream,
- * http_request; alloc (base).
+ * Calls into: http_handlers, http_auth, http_query, http_cors, http_guard,
+ * http_stream, http_request; alloc (base).
  */
 #ifndef CRIER_HTTP_ROUTER_H
 #define CRIER_HTTP_ROUTER_H
@@ -27,8 +27,11 @@ const char *crier_http_route_label(int route);
 
 /* Answers r: sets r->route and the response (an error response for a bad
  * header, an unknown path, a method not allowed, an oversized or non-JSON
- * body, a failed authentication). allow (allow_len bytes) receives the Allow
- * header's value for a 405 or a preflight, "" otherwise. */
+ * body, JSON nested deeper than CRIER_HTTP_JSON_MAX_DEPTH, a failed
+ * authentication, a live feed when every slot is taken). A live feed that
+ * gets a slot holds it (r->stream_slot) until the request completes: the
+ * server gives it back. allow (allow_len bytes) receives the Allow header's
+ * value for a 405 or a preflight, "" otherwise. */
 void crier_http_route_dispatch(crier_http_request *r, char *allow, size_t allow_len);
 
 /* Queues r's response on its connection (a 500 when none was set), with

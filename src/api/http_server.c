@@ -9,6 +9,8 @@
 
 #include "clock.h"
 #include "http_cors.h"
+#include "http_framing.h"
+#include "http_guard.h"
 #include "http_pool.h"
 #include "http_query.h"
 #include "http_router.h"
@@ -34,6 +36,8 @@
 #define SERVER_DEFAULT_THREADS 4
 #define SERVER_DEFAULT_MAX_BODY (1024 * 1024)
 #define SERVER_DEFAULT_CONNECTIONS 1024
+#define SERVER_DEFAULT_PER_ADDRESS 64
+#define SERVER_DEFAULT_READ_TIMEOUT 10.0
 
 struct crier_http_server {
     struct MHD_Daemon *daemon;
@@ -55,10 +59,10 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
     crier_http_server *server = cls;
     crier_http_request *r = *con_cls;
     char allow[64];
-    (void)version;
 
     if (!r) {
         const char *length;
+        char framing[256];
         r = calloc(1, sizeof *r);
         if (!r)
             return MHD_NO;
@@ -79,6 +83,16 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
         for (char *c = r->path; *c; c++)
             if ((unsigned char)*c < 0x20 || *c == 0x7f)
                 *c = '?';
+        /* refuse framing a proxy in front could read differently, before
+         * any of the body is read, and close the connection: what follows
+         * on it must not be taken for another request */
+        if (crier_http_framing_check(conn, version, framing, sizeof framing) < 0) {
+            r->responded = true;
+            crier_debug("http", "%s %s refused: %s (request %llu)", method, r->path, framing,
+                        r->id);
+            crier_http_error(r, 400, "invalid_framing", "%s", framing);
+            return crier_http_route_respond(r, NULL, true);
+        }
         /* refuse an announced oversized body before it is sent */
         length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (length && strtoull(length, NULL, 10) > server->ctx.max_body) {
@@ -110,6 +124,7 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
     if (r->responded)
         return MHD_YES;
     r->responded = true;
+    crier_http_guard_answering(conn); /* the request has arrived: no read deadline */
     allow[0] = '\0';
     crier_http_route_dispatch(r, allow, sizeof allow);
     return crier_http_route_respond(r, allow[0] ? allow : NULL, r->body_too_large);
@@ -120,7 +135,8 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **con_
 {
     crier_http_server *server = cls;
     crier_http_request *r = *con_cls;
-    (void)conn;
+    /* a kept-alive connection waits for its next request from now on */
+    crier_http_guard_waiting(conn);
     if (!r)
         return;
     if (r->status) {
@@ -139,6 +155,8 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **con_
     }
     if (r->stream) /* not reached normally: the router hands it to the response */
         crier_http_stream_abandon(r->stream);
+    if (r->stream_slot)
+        crier_http_guard_stream_release(server->ctx.guard);
     if (r->parsed)
         PQclear(r->parsed);
     if (r->pg) /* not reached normally: the dispatcher gives it back */
@@ -152,17 +170,40 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **con_
     atomic_fetch_sub(&server->inflight, 1);
 }
 
+/* libmicrohttpd's messages that describe what a client did, not a problem
+ * of the server: logged at debug level (a flood of bad clients must not
+ * flood the log) */
+static bool server_mhd_client_message(const char *msg)
+{
+    static const char *const client[] = {
+        "no longer available for sending", /* a client that went away (a closed live feed) */
+        "Connection reset",
+        "closed by remote side", /* went away mid-request, or cut by the read deadline */
+        "disconnected when reading request",
+        "socket is closed when reading",
+        "Failed to parse `Content-Length'", /* a Content-Length that is not a number */
+        "Too large value of 'Content-Length'",
+        "without `Host' header",
+    };
+    for (size_t i = 0; i < sizeof client / sizeof client[0]; i++)
+        if (strstr(msg, client[i]))
+            return true;
+    /* libmicrohttpd's own 4xx answers to requests it cannot read */
+    return strstr(msg, "HTTP response code is 4") != NULL;
+}
+
 static void server_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    crier_http_server *server = cls;
     char msg[1024];
     size_t n;
-    (void)cls;
     vsnprintf(msg, sizeof msg, fmt, ap);
     n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    /* a client that went away (a closed live feed, mostly) is not a problem */
-    if (strstr(msg, "no longer available for sending") || strstr(msg, "Connection reset"))
+    if (strstr(msg, "reached connection limit"))
+        crier_http_guard_refused(server->ctx.guard); /* counted, warned about now and then */
+    else if (server_mhd_client_message(msg))
         crier_debug("http", "libmicrohttpd: %s", msg);
     else
         crier_warn("http", "libmicrohttpd: %s", msg);
@@ -232,6 +273,7 @@ static void server_free(crier_http_server *server)
     if (!server)
         return;
     crier_http_streams_stop(server->ctx.streams);
+    crier_http_guard_stop(server->ctx.guard);
     crier_http_pool_stop(server->ctx.pool);
     crier_http_rules_free(server->ctx.rules);
     crier_http_stats_free(server->ctx.stats);
@@ -266,7 +308,8 @@ crier_http_server *crier_http_server_start(const crier_http_server_options *opts
     char version[65];
     sigset_t block, old;
     unsigned flags;
-    int threads, max_connections;
+    int threads, max_connections, per_address, max_streams;
+    double read_timeout;
     const char *conninfo = opts->conninfo ? opts->conninfo : "";
 
     if (!server) {
@@ -279,6 +322,13 @@ crier_http_server *crier_http_server_start(const crier_http_server_options *opts
     threads = opts->threads > 0 ? opts->threads : SERVER_DEFAULT_THREADS;
     max_connections =
         opts->max_connections > 0 ? opts->max_connections : SERVER_DEFAULT_CONNECTIONS;
+    per_address = opts->max_per_address == 0  ? SERVER_DEFAULT_PER_ADDRESS
+                  : opts->max_per_address < 0 ? 0 /* libmicrohttpd's "no limit" */
+                                              : opts->max_per_address;
+    read_timeout = opts->read_timeout > 0 ? opts->read_timeout : SERVER_DEFAULT_READ_TIMEOUT;
+    max_streams = opts->max_streams > 0     ? opts->max_streams
+                  : max_connections / 2 > 0 ? max_connections / 2
+                                            : 1;
     server_raise_fd_limit((rlim_t)max_connections + 256);
     ctx->max_body = opts->max_body > 0 ? opts->max_body : SERVER_DEFAULT_MAX_BODY;
     ctx->healthz_max_lag = opts->healthz_max_lag > 0 ? opts->healthz_max_lag : 60.0;
@@ -299,6 +349,8 @@ crier_http_server *crier_http_server_start(const crier_http_server_options *opts
         goto fail;
     if (!(ctx->streams = crier_http_streams_start(conninfo, opts->stream_keepalive, err, err_len)))
         goto fail;
+    if (!(ctx->guard = crier_http_guard_start(read_timeout, max_streams, err, err_len)))
+        goto fail;
 
     flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG;
@@ -313,10 +365,13 @@ crier_http_server *crier_http_server_start(const crier_http_server_options *opts
     pthread_sigmask(SIG_BLOCK, &block, &old);
     server->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, server_access, server, MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log,
-        NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
+        server, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)(threads > 1 ? threads : 0), MHD_OPTION_NOTIFY_COMPLETED, server_completed,
-        server, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)max_connections, MHD_OPTION_END);
+        server, MHD_OPTION_NOTIFY_CONNECTION, crier_http_guard_notify, ctx->guard,
+        /* idle time while an answer is sent; the guard bounds the reading */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_address,
+        MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!server->daemon) {
         crier_set_error(err, err_len,
@@ -338,6 +393,10 @@ crier_http_server *crier_http_server_start(const crier_http_server_options *opts
                    "HTTP API listening on http://%s%s%s:%u (%d threads, rules version %.12s)",
                    addr.ss_family == AF_INET6 ? "[" : "", host,
                    addr.ss_family == AF_INET6 ? "]" : "", server->port, threads, version);
+        crier_debug("http",
+                    "connections: %d in all, %d per address (0: no limit), %d live feeds; read "
+                    "timeout %.3g s",
+                    max_connections, per_address, max_streams, read_timeout);
     }
     (void)addr_len;
     return server;

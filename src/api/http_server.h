@@ -11,6 +11,11 @@
  * long-lived endpoint such as Server-Sent Events (http_stream.h) can park a
  * connection without holding a thread.
  *
+ * One client cannot lock the others out: connections are limited in total
+ * and per client address (libmicrohttpd's limits), a request must arrive
+ * within the read timeout, and live feeds have their own slots
+ * (http_guard.h).
+ *
  * The API validates intake with its own generation of the rules (http_rules.h),
  * loaded from the same directories and settings as the engine's and reloaded
  * lazily after the engine accepts a new version
@@ -20,12 +25,14 @@
  * rules generation, counters: http_pool, http_rules, http_stats), the request
  * toolkit (http_request, http_query), credentials and cursors (http_auth),
  * pages (http_page), live feeds (http_stream), the endpoints (http_handlers*),
- * routing and CORS (http_router, http_cors), and this server on top: nothing
- * below includes this header.
+ * routing and CORS (http_router, http_cors), the framing check of a
+ * request's headers (http_framing), read deadlines and live-feed slots
+ * (http_guard), and this server on top: nothing below includes this
+ * header.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: http_router, http_cors, http_pool, http_query, http_rules,
- * http_stats, http_stream; clock, log (base).
+ * Calls into: http_router, http_framing, http_guard, http_cors, http_pool, http_query,
+ * http_rules, http_stats, http_stream; clock, log (base).
  */
 #ifndef CRIER_HTTP_SERVER_H
 #define CRIER_HTTP_SERVER_H
@@ -41,6 +48,12 @@ typedef struct {
     int threads;              /* request threads and database connections (default 4) */
     size_t max_body;          /* largest request body in bytes (default 1 MiB) */
     int max_connections;      /* open connections, live feeds included (default 1024) */
+    int max_per_address;      /* open connections per client address (0: the default, 64;
+                                 negative: no limit) */
+    double read_timeout;      /* seconds a request's headers and body may take to arrive,
+                                 and a kept-alive connection may idle (0: the default, 10) */
+    int max_streams;          /* live feeds open at once (0: the default, half of
+                                 max_connections) */
     const char *cors_origins; /* comma-separated exact origins, or "*"; NULL: no CORS */
     double healthz_max_lag;   /* seconds the oldest due event may wait (default 60) */
     const char *conninfo;     /* libpq connection string */

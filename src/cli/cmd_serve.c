@@ -70,6 +70,16 @@ static const char serve_help[] =
     "  --http-max-body BYTES  largest request body, e.g. 65536, 512k, 1m (default 1m)\n"
     "  --http-max-connections N  open connections, live feeds included (default 1024;\n"
     "                         the open-files limit is raised to match when it can be)\n"
+    "  --http-max-per-address N  open connections from one client address (default 64;\n"
+    "                         0: no limit); behind a proxy every client has the proxy's\n"
+    "                         address: raise it, and limit clients at the proxy\n"
+    "  --http-read-timeout D  a request's headers and body must arrive within D of\n"
+    "                         the connection opening or its last answer, else the\n"
+    "                         connection is closed; also how long a kept-alive\n"
+    "                         connection may idle (default 10s)\n"
+    "  --http-max-streams N   live feeds open at once; the other connections stay\n"
+    "                         for ordinary requests (default half of\n"
+    "                         --http-max-connections)\n"
     "  --cors-origin LIST     origins browsers may call the API from: comma-separated\n"
     "                         exact origins (https://app.example.com) or * (default: none;\n"
     "                         also CRIER_CORS_ORIGIN)\n"
@@ -87,6 +97,9 @@ enum {
     SERVE_OPT_HEALTHZ_MAX_LAG,
     SERVE_OPT_STREAM_KEEPALIVE,
     SERVE_OPT_HTTP_MAX_CONNECTIONS,
+    SERVE_OPT_HTTP_MAX_PER_ADDRESS,
+    SERVE_OPT_HTTP_READ_TIMEOUT,
+    SERVE_OPT_HTTP_MAX_STREAMS,
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
 };
@@ -221,6 +234,18 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_HTTP_MAX_CONNECTIONS:
         return crier_cli_positive_int("serve", "http-max-connections", arg, 1000000,
                                       &a->http.max_connections);
+    case SERVE_OPT_HTTP_MAX_PER_ADDRESS:
+        if (!strcmp(arg, "0")) {
+            a->http.max_per_address = -1; /* no limit */
+            return 0;
+        }
+        return crier_cli_positive_int("serve", "http-max-per-address", arg, 1000000,
+                                      &a->http.max_per_address);
+    case SERVE_OPT_HTTP_READ_TIMEOUT:
+        return crier_cli_duration("serve", "http-read-timeout", arg, &a->http.read_timeout);
+    case SERVE_OPT_HTTP_MAX_STREAMS:
+        return crier_cli_positive_int("serve", "http-max-streams", arg, 1000000,
+                                      &a->http.max_streams);
     case SERVE_OPT_SLOW_RULE:
         return crier_cli_duration("serve", "slow-rule", arg, &a->cfg.fanout.slow_after);
     case SERVE_OPT_BATCH_BUDGET:
@@ -308,6 +333,9 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"healthz-max-lag", required_argument, NULL, SERVE_OPT_HEALTHZ_MAX_LAG},
                                             {"stream-keepalive", required_argument, NULL, SERVE_OPT_STREAM_KEEPALIVE},
                                             {"http-max-connections", required_argument, NULL, SERVE_OPT_HTTP_MAX_CONNECTIONS},
+                                            {"http-max-per-address", required_argument, NULL, SERVE_OPT_HTTP_MAX_PER_ADDRESS},
+                                            {"http-read-timeout", required_argument, NULL, SERVE_OPT_HTTP_READ_TIMEOUT},
+                                            {"http-max-streams", required_argument, NULL, SERVE_OPT_HTTP_MAX_STREAMS},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     serve_args a;

@@ -142,6 +142,22 @@ requests_at() {
     grep -c . "$1" || true
 }
 
+# note_rules: writes start_api's rules ($WORK/rules/rules.lua) for tests of
+# the HTTP API itself: one event type, note.created with payload {text,
+# data?} (data: any JSON object or array), notifying ann in her feed.
+note_rules() {
+    mkdir -p "$WORK/rules"
+    cat >"$WORK/rules/rules.lua" <<'LUA'
+local crier = require "crier"
+crier.event_type "note.created" { payload = { text = "string", data = "table?" } }
+crier.rule "note.created" {
+    recipients = { "ann" },
+    channels = { "feed" },
+    feed = { title = "{{ payload.text }}" },
+}
+LUA
+}
+
 # start_api NAME [serve args…]: `crier serve --rules $WORK/rules --poll 0.2
 # --http 127.0.0.1:0 args…` logging to $WORK/NAME.log; waits for the HTTP API
 # and sets API (its base URL) and SERVE_PID.
