@@ -166,10 +166,10 @@ CREATE FUNCTION crier.feed_mark(p_tenant text, p_recipient text, p_item bigint, 
     AS $$ … $$; -- the body: sql/functions/feed_mark.sql
 
 --
--- Name: feed_mark_all(text, text, text, bigint); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: feed_mark_all(text, text, text, bigint, pg_snapshot, pg_snapshot); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.feed_mark_all(p_tenant text, p_recipient text, p_what text, p_upto bigint DEFAULT NULL::bigint) RETURNS void
+CREATE FUNCTION crier.feed_mark_all(p_tenant text, p_recipient text, p_what text, p_upto bigint DEFAULT NULL::bigint, p_snapshot pg_snapshot DEFAULT NULL::pg_snapshot, p_since pg_snapshot DEFAULT NULL::pg_snapshot) RETURNS boolean
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/feed_mark_all.sql
 
@@ -260,6 +260,14 @@ CREATE FUNCTION crier.replay_dead(p_tenant text, p_type text, p_channel text, p_
 CREATE FUNCTION crier.set_preference(p_tenant text, p_recipient_id text, p_event_type text, p_channel text, p_enabled boolean) RETURNS void
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/set_preference.sql
+
+--
+-- Name: snapshot_within(pg_snapshot, pg_snapshot); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.snapshot_within(p_a pg_snapshot, p_b pg_snapshot) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ … $$; -- the body: sql/functions/snapshot_within.sql
 
 --
 -- Name: api_idempotency; Type: TABLE; Schema: crier; Owner: -

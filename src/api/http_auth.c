@@ -285,11 +285,12 @@ int crier_http_authenticate(crier_http_request *r, bool allow_user_token)
  * Cursors
  */
 
-#define CURSOR_VERSION 1
+#define CURSOR_VERSION 1      /* the position only */
+#define CURSOR_VERSION_TEXT 2 /* the position, then text signed with it */
 #define CURSOR_MAC_LEN 16
 
-static void cursor_mac(const crier_http_request *r, const char *const *scope, int n_scope,
-                       const unsigned char *pos, size_t pos_len, unsigned char out[32])
+static void cursor_mac(const unsigned char *secret, size_t secret_len, const char *const *scope,
+                       int n_scope, const unsigned char *pos, size_t pos_len, unsigned char out[32])
 {
     unsigned char key[32];
     crier_json_buf msg = {0};
@@ -303,56 +304,104 @@ static void cursor_mac(const crier_http_request *r, const char *const *scope, in
         crier_json_buf_add(&msg, scope[i], len);
     }
     crier_json_buf_add(&msg, (const char *)pos, pos_len);
-    auth_derive(r->secret, r->secret_len, "crier/cursor/v1", key);
+    auth_derive(secret, secret_len, "crier/cursor/v1", key);
     auth_hmac(key, sizeof key, msg.data, msg.len, out);
     OPENSSL_cleanse(key, sizeof key);
     crier_json_buf_free(&msg);
 }
 
-void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,
-                              const int64_t *values, int n, char *out, size_t out_len)
+char *crier_http_cursor_sign(const unsigned char *secret, size_t secret_len,
+                             const char *const *scope, int n_scope, const int64_t *values, int n,
+                             const char *text)
 {
-    unsigned char raw[1 + 8 * CRIER_CURSOR_MAX_VALUES + CURSOR_MAC_LEN], mac[32];
-    size_t len = 1;
-    char text[CRIER_BASE64URL_LEN(sizeof raw) + 1];
+    size_t text_len = text ? strlen(text) : 0;
+    crier_json_buf raw = {0};
+    unsigned char mac[32];
+    char *out;
 
     if (n > CRIER_CURSOR_MAX_VALUES)
         n = CRIER_CURSOR_MAX_VALUES;
-    raw[0] = CURSOR_VERSION;
+    crier_json_buf_add(&raw, (const char[]){text ? CURSOR_VERSION_TEXT : CURSOR_VERSION}, 1);
     for (int i = 0; i < n; i++) {
         uint64_t v = (uint64_t)values[i];
         for (int b = 7; b >= 0; b--)
-            raw[len++] = (unsigned char)(v >> (8 * b));
+            crier_json_buf_add(&raw, (const char[]){(char)(unsigned char)(v >> (8 * b))}, 1);
     }
-    cursor_mac(r, scope, n_scope, raw, len, mac);
-    memcpy(raw + len, mac, CURSOR_MAC_LEN);
-    len += CURSOR_MAC_LEN;
-    crier_base64url_encode(raw, len, text);
-    snprintf(out, out_len, "%s", text);
+    crier_json_buf_add(&raw, text ? text : "", text_len);
+    cursor_mac(secret, secret_len, scope, n_scope, (const unsigned char *)raw.data, raw.len, mac);
+    crier_json_buf_add(&raw, (const char *)mac, CURSOR_MAC_LEN);
+    out = crier_xmalloc(CRIER_BASE64URL_LEN(raw.len) + 1);
+    crier_base64url_encode((const unsigned char *)raw.data, raw.len, out);
+    crier_json_buf_free(&raw);
+    return out;
 }
 
-int crier_http_cursor_decode(crier_http_request *r, const char *text, const char *const *scope,
-                             int n_scope, int64_t *values, int n)
+void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,
+                              const int64_t *values, int n, char *out, size_t out_len)
 {
-    unsigned char raw[1 + 8 * CRIER_CURSOR_MAX_VALUES + CURSOR_MAC_LEN + 1], mac[32];
-    size_t want = 1 + 8 * (size_t)n + CURSOR_MAC_LEN;
-    long len;
+    char *text = crier_http_cursor_sign(r->secret, r->secret_len, scope, n_scope, values, n, NULL);
+    snprintf(out, out_len, "%s", text);
+    free(text);
+}
 
-    if (!text || strlen(text) > 2 * sizeof raw)
-        return crier_http_error(r, 400, "invalid_cursor", "the cursor is not valid");
-    len = crier_base64url_decode(text, strlen(text), raw, sizeof raw);
-    if (len < 0 || (size_t)len != want || raw[0] != CURSOR_VERSION)
-        return crier_http_error(r, 400, "invalid_cursor", "the cursor is not valid");
-    cursor_mac(r, scope, n_scope, raw, want - CURSOR_MAC_LEN, mac);
-    if (CRYPTO_memcmp(mac, raw + want - CURSOR_MAC_LEN, CURSOR_MAC_LEN) != 0)
-        return crier_http_error(
+/* Refuses a cursor that is not one (400 invalid_cursor); returns -1. */
+static int cursor_refuse(crier_http_request *r)
+{
+    return crier_http_error(r, 400, "invalid_cursor", "the cursor is not valid");
+}
+
+int crier_http_cursor_decode_text(crier_http_request *r, const char *cursor,
+                                  const char *const *scope, int n_scope, int64_t *values, int n,
+                                  char *text, size_t text_cap)
+{
+    size_t fixed = 1 + 8 * (size_t)n + CURSOR_MAC_LEN;
+    size_t cap = fixed + (text && text_cap > 0 ? text_cap - 1 : 0), body;
+    unsigned char *raw = NULL, mac[32];
+    long len;
+    int rc = -1;
+
+    if (!cursor || strlen(cursor) > CRIER_BASE64URL_LEN(cap) + 4 || !(raw = malloc(cap + 1))) {
+        rc = cursor_refuse(r);
+        goto out;
+    }
+    len = crier_base64url_decode(cursor, strlen(cursor), raw, cap + 1);
+    if (len < 0 || (size_t)len < fixed || (size_t)len > cap ||
+        !((raw[0] == CURSOR_VERSION && (size_t)len == fixed) ||
+          (raw[0] == CURSOR_VERSION_TEXT && text))) {
+        rc = cursor_refuse(r);
+        goto out;
+    }
+    body = (size_t)len - CURSOR_MAC_LEN;
+    cursor_mac(r->secret, r->secret_len, scope, n_scope, raw, body, mac);
+    if (CRYPTO_memcmp(mac, raw + body, CURSOR_MAC_LEN) != 0) {
+        rc = crier_http_error(
             r, 400, "invalid_cursor",
             "the cursor is not valid here (altered, or made for another list or person)");
+        goto out;
+    }
     for (int i = 0; i < n; i++) {
         uint64_t v = 0;
         for (int b = 0; b < 8; b++)
             v = (v << 8) | raw[1 + 8 * i + b];
         values[i] = (int64_t)v;
     }
-    return 0;
+    if (text) {
+        size_t text_len = body - (1 + 8 * (size_t)n);
+        memcpy(text, raw + 1 + 8 * n, text_len);
+        text[text_len] = '\0';
+        if (strlen(text) != text_len) { /* signed, so ours: but never a NUL inside */
+            rc = cursor_refuse(r);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(raw);
+    return rc;
+}
+
+int crier_http_cursor_decode(crier_http_request *r, const char *text, const char *const *scope,
+                             int n_scope, int64_t *values, int n)
+{
+    return crier_http_cursor_decode_text(r, text, scope, n_scope, values, n, NULL, 0);
 }

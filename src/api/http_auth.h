@@ -8,10 +8,12 @@
  *     {"t": tenant, "u": user, "exp": unix seconds} and the mac
  *     HMAC-SHA256(K_token, "cut1." + base64url(payload)), where K_token is
  *     derived from the tenant's secret (crier.api_tenants). Short-lived.
- *   - Cursors (keyset pagination): base64url of a version byte, the position
- *     (big-endian 64-bit values) and a 128-bit HMAC with K_cursor (derived
- *     from the tenant's secret) over a scope (what list, whose) and the
- *     position: opaque, and any change to them is detected.
+ *   - Cursors (keyset pagination, and "mark all read up to here"): base64url
+ *     of a version byte, the position (big-endian 64-bit values), for version
+ *     2 a text signed with it (the database snapshots a head cursor is
+ *     bounded by), and a 128-bit HMAC with K_cursor (derived from the
+ *     tenant's secret) over a scope (what list, whose), the position and the
+ *     text: opaque, and any change to them is detected.
  * Derived keys are HMAC-SHA256(secret, label), so a token's mac can never
  * pass as a cursor's.
  *
@@ -61,10 +63,28 @@ int crier_http_authenticate(crier_http_request *r, bool allow_user_token);
 void crier_http_cursor_encode(const crier_http_request *r, const char *const *scope, int n_scope,
                               const int64_t *values, int n, char *out, size_t out_len);
 
+/* Signs a cursor as crier_http_cursor_encode does, with the tenant's secret
+ * given as bytes (the live feeds' hub has no request), and with text (NULL:
+ * none) signed along with the position. Returns the cursor, malloc'd (the
+ * caller frees it); aborts when out of memory (the sizes are ours). */
+char *crier_http_cursor_sign(const unsigned char *secret, size_t secret_len,
+                             const char *const *scope, int n_scope, const int64_t *values, int n,
+                             const char *text);
+
 /* Decodes a cursor made by crier_http_cursor_encode for the same scope.
  * Returns 0, or -1 with 400 invalid_cursor set when it was forged, altered,
- * made for another list, person or tenant, or is not a cursor at all. */
+ * made for another list, person or tenant, or is not a cursor at all (a
+ * cursor with text is refused here). */
 int crier_http_cursor_decode(crier_http_request *r, const char *text, const char *const *scope,
                              int n_scope, int64_t *values, int n);
+
+/* Decodes a cursor with or without text (crier_http_cursor_sign) for the
+ * same scope: the position into values[0..n), the text into text (text_cap
+ * >= 1 bytes, NUL-terminated; "" for a cursor without text). A cursor whose
+ * text needs more room is refused. Returns 0, or -1 with 400 invalid_cursor
+ * set as crier_http_cursor_decode. */
+int crier_http_cursor_decode_text(crier_http_request *r, const char *cursor,
+                                  const char *const *scope, int n_scope, int64_t *values, int n,
+                                  char *text, size_t text_cap);
 
 #endif

@@ -5,7 +5,7 @@
  * inside its transaction where the route says so.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: http_request, http_query, http_page, http_auth, http_rules,
+ * Calls into: http_request, http_query, http_page, http_head, http_auth, http_rules,
  * http_stream, http_stats, http_guard (its metrics) (and http_feed_sql's
  * statements); json_writer, log, time_arg (base).
  */

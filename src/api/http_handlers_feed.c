@@ -7,9 +7,11 @@
  * Layer: api (src/api/), may use pg, rules, base.
  */
 #include "http_handlers.h"
+#include "alloc.h"
 
 #include "http_auth.h"
 #include "http_feed_sql.h"
+#include "http_head.h"
 #include "http_page.h"
 #include "http_query.h"
 #include "http_stream.h"
@@ -19,6 +21,8 @@
 #include <string.h>
 
 #define FEED_DEFAULT_LIMIT 20
+/* the longest cursor read-all takes: a head cursor with two snapshots */
+#define FEED_CURSOR_MAX (CRIER_BASE64URL_LEN(1 + 8 + 2 * CRIER_HTTP_SNAPSHOT_MAX + 1 + 16) + 4)
 
 
 /* The person whose feed the request reads: the token's user, or ?user= with
@@ -44,6 +48,29 @@ static int feed_user(crier_http_request *r, const char **user)
                                 CRIER_HTTP_ID_MAX);
     *user = q;
     return 0;
+}
+
+/* Appends the first page's head_cursor (its newest item, bounded by the
+ * snapshot the page was read at: POST /v1/feed/read-all {"cursor": head}
+ * marks read what the page showed, not what arrived or committed since) and
+ * last_event_id (that snapshot: the live feed opened from it sends what
+ * committed after the page was read, so nothing falls between the two). */
+static void feed_page_head(crier_http_request *r, crier_json_buf *out, const char *user,
+                           const PGresult *res, int n)
+{
+    const char *snapshot = PQgetvalue(res, 0, 2);
+    char *head =
+        n > 0 ? crier_http_head_sign(r->secret, r->secret_len, user,
+                                     strtoll(PQgetvalue(res, 0, 1), NULL, 10), snapshot, NULL)
+              : NULL;
+    crier_json_buf_puts(out, ",\"head_cursor\":");
+    if (head)
+        crier_json_buf_string(out, head);
+    else
+        crier_json_buf_puts(out, "null");
+    crier_json_buf_puts(out, ",\"last_event_id\":");
+    crier_json_buf_string(out, snapshot);
+    free(head);
 }
 
 int crier_http_feed_list(crier_http_request *r)
@@ -86,14 +113,15 @@ int crier_http_feed_list(crier_http_request *r)
     if (!res)
         return -1;
     n = PQntuples(res);
-    crier_http_page_items(&out, res, (int)limit);
+    if (!cursor && n == 1 && PQgetisnull(res, 0, 1))
+        n = 0; /* the first page of an empty feed: its one row is the snapshot */
+    crier_http_page_items(&out, res, n < limit ? n : (int)limit);
     crier_http_page_cursor(r, &out, "next_cursor", res, n > limit ? (int)limit - 1 : -1, 1, 1,
                            scope, 3);
-    /* the first page's newest item: POST /v1/feed/read-all {"cursor": head}
-     * marks read what the person has been shown, not what arrived since */
-    const char *head_scope[] = {"feed-head", user};
-    crier_http_page_cursor(r, &out, "head_cursor", res, !cursor && n > 0 ? 0 : -1, 1, 1, head_scope,
-                           2);
+    if (!cursor)
+        feed_page_head(r, &out, user, res, n);
+    else
+        crier_json_buf_puts(&out, ",\"head_cursor\":null,\"last_event_id\":null");
     crier_json_buf_puts(&out, "}");
     PQclear(res);
     crier_http_reply(r, 200, out.data, out.len);
@@ -127,28 +155,42 @@ int crier_http_feed_mark_all(crier_http_request *r)
     crier_http_field f[1];
     const char *user, *cursor;
     const char *what = !strcmp(r->segments[2], "seen-all") ? "seen" : "read";
-    int64_t upto = 0;
+    crier_http_head *head = NULL;
     char upto_text[24];
-    const char *values[3];
+    const char *values[5];
     PGresult *res;
+    int rc = -1;
 
     if (feed_user(r, &user) < 0 || crier_http_body_fields(r, names, 1, f, true) < 0 ||
-        crier_http_field_string(r, &f[0], false, 200, true, &cursor) < 0)
-        return -1;
-    if (cursor) {
-        const char *head_scope[] = {"feed-head", user};
-        if (crier_http_cursor_decode(r, cursor, head_scope, 2, &upto, 1) < 0)
-            return -1;
-    }
-    snprintf(upto_text, sizeof upto_text, "%lld", (long long)upto);
+        crier_http_field_string(r, &f[0], false, FEED_CURSOR_MAX, true, &cursor) < 0)
+        goto out;
     values[0] = user;
     values[1] = what;
-    values[2] = cursor ? upto_text : NULL;
-    res = crier_http_query_tenant(r, CRIER_HTTP_SQL_FEED_MARK_ALL, 3, values);
+    values[2] = values[3] = values[4] = NULL;
+    if (cursor) {
+        head = crier_xmalloc(sizeof *head);
+        if (crier_http_head_decode(r, cursor, user, head) < 0)
+            goto out;
+        snprintf(upto_text, sizeof upto_text, "%lld", (long long)head->upto);
+        values[2] = upto_text;
+        values[3] = head->snapshot;
+        values[4] = head->since;
+    }
+    res = crier_http_query_tenant(r, CRIER_HTTP_SQL_FEED_MARK_ALL, 5, values);
     if (!res)
-        return -1;
+        goto out;
+    bool usable = !strcmp(PQgetvalue(res, 0, 0), "t");
     PQclear(res);
-    return feed_reply_counts(r, user, 200);
+    if (!usable) {
+        crier_http_error(r, 400, "invalid_cursor",
+                         "the cursor's snapshot is not one this database has passed (restored "
+                         "from a backup since?): reload the feed and use its head_cursor");
+        goto out;
+    }
+    rc = feed_reply_counts(r, user, 200);
+out:
+    free(head);
+    return rc;
 }
 
 int crier_http_feed_item(crier_http_request *r)
@@ -218,7 +260,7 @@ int crier_http_feed_stream(crier_http_request *r)
         return -1;
     if (!last || !last[0])
         last = q && q[0] ? q : NULL;
-    if (last && !crier_http_stream_valid_snapshot(last))
+    if (last && !crier_http_snapshot_valid(last))
         return crier_http_error(r, 400, "invalid_cursor",
                                 "Last-Event-ID is not an id this stream sent (expected the id of "
                                 "its last event, as xmin:xmax:xip-list); reconnect without it");

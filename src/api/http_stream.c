@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "http_feed_sql.h"
+#include "http_head.h"
 #include "http_pool.h"
 #include "log.h"
 #include "pg_array.h"
@@ -38,6 +39,8 @@ struct crier_http_stream {
     long long expires;     /* unix seconds; 0: never (API keys) */
     long long key_id;      /* the API key that opened it; 0: a user token */
     char secret_hex[2 * CRIER_HTTP_SECRET_MAX + 1]; /* the tenant's secret then */
+    unsigned char secret[CRIER_HTTP_SECRET_MAX];    /* the same bytes: signs head cursors */
+    size_t secret_len;
     atomic_int refs;       /* the hub's list and the response each hold one */
     atomic_bool closed;    /* the response is gone (client left or stream ended) */
     /* under hub->lock */
@@ -204,6 +207,8 @@ crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const crier_
     st->key_id = r->auth == CRIER_HTTP_AUTH_KEY ? r->key_id : 0;
     for (size_t i = 0; i < r->secret_len && i < CRIER_HTTP_SECRET_MAX; i++)
         snprintf(st->secret_hex + 2 * i, 3, "%02x", r->secret[i]);
+    st->secret_len = r->secret_len < CRIER_HTTP_SECRET_MAX ? r->secret_len : CRIER_HTTP_SECRET_MAX;
+    memcpy(st->secret, r->secret, st->secret_len);
     st->tenant = strdup(tenant);
     st->user = strdup(user);
     st->since = strdup(since);
@@ -496,15 +501,18 @@ static bool hub_read_notices(crier_http_streams *hub)
  * round trip): for each (tenant, user, since) of $1..$3, the counts, how many
  * items became visible since its snapshot (candidates, at most $4), and
  * those items (at most $6, oldest first, one JSON text per line: the JSON of
- * a row holds no raw newline) unless there are more than $5 candidates; and
- * the snapshot the statement read at. A NULL since (a resync) finds no
+ * a row holds no raw newline) with their positions (in the same order,
+ * space-separated) unless there are more than $5 candidates; and the
+ * snapshot the statement read at. A NULL since (a resync) finds no
  * candidates. */
 static const char SQL_UPDATE[] =
-    "SELECT s.i, pg_current_snapshot()::text, cn.counts, ids.n, it.n_items, it.items"
+    "SELECT s.i, pg_current_snapshot()::text, cn.counts, ids.n, it.n_items, it.items, it.ids"
     " FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS s(tenant, usr, since, i)"
     " CROSS JOIN LATERAL (SELECT array_agg(c.id) AS ids, count(*) AS n"
     "   FROM crier.feed_change_ids(s.tenant, s.usr, s.since::pg_snapshot, $4::int) AS c(id)) ids"
-    " CROSS JOIN LATERAL (SELECT count(*) AS n_items, string_agg(x.j, E'\\n' ORDER BY x.id) AS items"
+    " CROSS JOIN LATERAL (SELECT count(*) AS n_items,"
+    "     string_agg(x.j, E'\\n' ORDER BY x.id) AS items,"
+    "     string_agg(x.id::text, ' ' ORDER BY x.id) AS ids"
     "   FROM (SELECT " CRIER_HTTP_FEED_ITEM_JSON "::text AS j, f.id"
     "         FROM unnest(ids.ids) AS c(id)"
     "         CROSS JOIN LATERAL crier.feed(s.tenant, s.usr, c.id + 1, 1) f"
@@ -515,38 +523,80 @@ static const char SQL_UPDATE[] =
 
 #define STREAM_UPDATE_BATCH 100 /* streams per statement */
 
+/* Appends one event whose data is the JSON object json[0..len) with one
+ * more member, name: the cursor (a string), or null when there is none. */
+static void stream_event_with(crier_json_buf *b, const char *event, const char *id,
+                              const char *json, size_t len, const char *name, const char *cursor)
+{
+    crier_json_buf data = {0};
+    while (len > 0 && json[len - 1] != '}')
+        len--;
+    if (len == 0) { /* not an object: PostgreSQL's json_build_object always is */
+        stream_event(b, event, id, json, strlen(json));
+        return;
+    }
+    crier_json_buf_add(&data, json, len - 1);
+    crier_json_buf_printf(&data, ", \"%s\" : ", name);
+    if (cursor)
+        crier_json_buf_string(&data, cursor);
+    else
+        crier_json_buf_puts(&data, "null");
+    crier_json_buf_puts(&data, "}");
+    stream_event(b, event, id, data.data, data.len);
+    crier_json_buf_free(&data);
+}
+
 /* Queues one stream's update from its row: the new items oldest first (or a
- * resync when there are too many), then the counts with the new snapshot as
- * the id. Under hub->lock. */
+ * resync when there are too many), each with its head cursor, then the
+ * counts with the update's head cursor and the new snapshot as the id.
+ * Under hub->lock.
+ *
+ * What a client was sent is exact by snapshots: before this update,
+ * everything visible in the stream's snapshot (since); with it, the items
+ * visible in the new one. So an item's cursor covers everything visible in
+ * since and the items of this update up to its position (sent before it:
+ * oldest first), and the counts' cursor everything visible in the new
+ * snapshot (http_head.h). After a resync nothing was sent: no cursor. */
 static void hub_apply(crier_http_streams *hub, crier_http_stream *st, PGresult *res, int row,
                       bool resync, stream_list *resume)
 {
     crier_json_buf ev = {0};
     long n_items = atol(PQgetvalue(res, row, 4));
+    const char *new_since = PQgetvalue(res, row, 1), *counts = PQgetvalue(res, row, 2);
+    char *head = NULL;
     if (atol(PQgetvalue(res, row, 3)) > CRIER_STREAM_MAX_ITEMS * 10 || n_items > CRIER_STREAM_MAX_ITEMS)
         resync = true;
     if (resync) {
         stream_event(&ev, "resync", NULL, "{\"reload\":true}", 15);
     } else if (n_items > 0) {
-        const char *line = PQgetvalue(res, row, 5);
+        const char *line = PQgetvalue(res, row, 5), *pos = PQgetvalue(res, row, 6);
         while (*line) {
             const char *end = strchr(line, '\n');
             size_t len = end ? (size_t)(end - line) : strlen(line);
-            stream_event(&ev, "item", NULL, line, len);
+            char *next;
+            int64_t id = strtoll(pos, &next, 10);
+            char *cursor = NULL;
+            if (next != pos) /* what it had sent before, and this update up to this item */
+                cursor = crier_http_head_sign(st->secret, st->secret_len, st->user, id, new_since,
+                                              st->since);
+            pos = next;
+            stream_event_with(&ev, "item", NULL, line, len, "cursor", cursor);
+            free(cursor);
             line += len + (end ? 1 : 0);
         }
     }
-    const char *new_since = PQgetvalue(res, row, 1), *counts = PQgetvalue(res, row, 2);
+    if (!resync)
+        head = crier_http_head_sign(st->secret, st->secret_len, st->user, 0, new_since, new_since);
     if (ev.len > 0 || !st->last_counts || strcmp(st->last_counts, counts)) {
         /* the id rides on the update's last event: a client that reconnects
          * with it has everything up to this snapshot */
-        stream_event(&ev, "counts", new_since, counts, strlen(counts));
+        stream_event_with(&ev, "counts", new_since, counts, strlen(counts), "head_cursor", head);
         if (stream_put(st, ev.data, ev.len))
             stream_list_add(resume, st);
         free(st->last_counts);
         st->last_counts = strdup(counts);
     }
-    if (strlen(new_since) <= CRIER_STREAM_SNAPSHOT_MAX) {
+    if (strlen(new_since) <= CRIER_HTTP_SNAPSHOT_MAX) {
         char *dup = strdup(new_since);
         if (dup) {
             free(st->since);
@@ -556,6 +606,7 @@ static void hub_apply(crier_http_streams *hub, crier_http_stream *st, PGresult *
     hub->updates++;
     hub->items_sent += resync ? 0 : (unsigned long long)n_items;
     hub->resyncs += resync;
+    free(head);
     crier_json_buf_free(&ev);
 }
 
@@ -640,22 +691,45 @@ static void hub_reap(crier_http_streams *hub)
     pthread_mutex_unlock(&hub->lock);
 }
 
+/* Under hub->lock: sends st the event that ends it (expired, revoked): the
+ * error (code, message) and, as the event's id and as last_event_id, the
+ * snapshot the stream has sent everything up to — where a new stream, with
+ * a new credential, resumes without missing or repeating an item — then
+ * ends it. */
+static void stream_end_with(crier_http_stream *st, const char *event, const char *code,
+                            const char *message, stream_list *resume)
+{
+    crier_json_buf ev = {0}, data = {0};
+    crier_json_buf_puts(&data, "{\"error\":{\"code\":");
+    crier_json_buf_string(&data, code);
+    crier_json_buf_puts(&data, ",\"message\":");
+    crier_json_buf_string(&data, message);
+    crier_json_buf_puts(&data, "},\"last_event_id\":");
+    crier_json_buf_string(&data, st->since);
+    crier_json_buf_puts(&data, "}");
+    stream_event(&ev, event, st->since, data.data, data.len);
+    if (stream_put(st, ev.data, ev.len))
+        stream_list_add(resume, st);
+    stream_end_locked(st, resume);
+    crier_json_buf_free(&data);
+    crier_json_buf_free(&ev);
+}
+
 /* Ends the streams whose user token expired (the client reconnects with a
- * new one and its last id); returns the next expiry (unix seconds, 0: none). */
+ * new one and the id the expired event carries); returns the next expiry
+ * (unix seconds, 0: none). */
 static long long hub_expire(crier_http_streams *hub, stream_list *resume)
 {
-    static const char expired[] =
-        "event: expired\ndata: {\"error\":{\"code\":\"token_expired\",\"message\":\"the user token "
-        "that opened this stream has expired; reconnect with a new one (and the last event id)\"}}\n\n";
     long long now = (long long)time(NULL), next = 0;
     pthread_mutex_lock(&hub->lock);
     for (crier_http_stream *st = hub->streams; st; st = st->next) {
         if (!st->expires || st->ending)
             continue;
         if (st->expires <= now) {
-            if (stream_put(st, expired, sizeof expired - 1))
-                stream_list_add(resume, st);
-            stream_end_locked(st, resume);
+            stream_end_with(st, "expired", "token_expired",
+                            "the user token that opened this stream has expired; open a new "
+                            "stream with a fresh token and last_event_id (nothing is missed)",
+                            resume);
         } else if (!next || st->expires < next) {
             next = st->expires;
         }
@@ -669,10 +743,6 @@ static long long hub_expire(crier_http_streams *hub, stream_list *resume)
  * with it). One query for every open stream. */
 static void hub_check_credentials(crier_http_streams *hub, stream_list *resume)
 {
-    static const char revoked[] =
-        "event: revoked\ndata: {\"error\":{\"code\":\"credential_revoked\",\"message\":\"the API key that "
-        "opened this stream was revoked, or the tenant's secret was rotated; reconnect with a valid "
-        "credential\"}}\n\n";
     int lengths[3], formats[3] = {1, 1, 1};
     const char *values[3];
     stream_list open = {0};
@@ -715,9 +785,10 @@ static void hub_check_credentials(crier_http_streams *hub, stream_list *resume)
             continue;
         crier_http_stream *st = open.v[i];
         crier_info("http", "live feed of %s/%s ended: its credential was revoked", st->tenant, st->user);
-        if (stream_put(st, revoked, sizeof revoked - 1))
-            stream_list_add(resume, st);
-        stream_end_locked(st, resume);
+        stream_end_with(st, "revoked", "credential_revoked",
+                        "the API key that opened this stream was revoked, or the tenant's secret "
+                        "was rotated; reconnect with a valid credential (and last_event_id)",
+                        resume);
     }
     pthread_mutex_unlock(&hub->lock);
     PQclear(res);
@@ -911,46 +982,4 @@ void crier_http_streams_metrics(crier_http_streams *hub, crier_json_buf *b)
         hub->open, hub->opened, hub->items_sent, hub->resyncs, hub->updates, hub->notifies,
         hub->listening ? 1 : 0);
     pthread_mutex_unlock(&hub->lock);
-}
-
-/* ------------------------------------------------------------------------
- * Last-Event-ID
- */
-
-static bool snap_number(const char **p, unsigned long long *out)
-{
-    const char *s = *p;
-    unsigned long long v = 0;
-    if (!isdigit((unsigned char)*s))
-        return false;
-    for (; isdigit((unsigned char)*s); s++) {
-        if (v > (~0ULL - 9) / 10)
-            return false;
-        v = v * 10 + (unsigned long long)(*s - '0');
-    }
-    *p = s;
-    *out = v;
-    return true;
-}
-
-bool crier_http_stream_valid_snapshot(const char *text)
-{
-    const char *p = text;
-    unsigned long long xmin, xmax, prev, x;
-    if (strlen(text) > CRIER_STREAM_SNAPSHOT_MAX)
-        return false;
-    if (!snap_number(&p, &xmin) || *p++ != ':' || !snap_number(&p, &xmax) || *p++ != ':' ||
-        xmin > xmax || xmin == 0)
-        return false;
-    prev = 0;
-    while (*p) {
-        if (!snap_number(&p, &x) || x < xmin || x >= xmax || x <= prev)
-            return false;
-        prev = x;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return false;
-    }
-    return p[-1] != ',';
 }

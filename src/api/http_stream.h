@@ -11,7 +11,9 @@
  * snapshot as the event id. A client that reconnects with Last-Event-ID gets
  * what it missed; a person with more than CRIER_STREAM_MAX_ITEMS new items (or
  * a membership change, which can reveal older backfilled items) gets a
- * `resync` event: reload the first page.
+ * `resync` event: reload the first page. Each item carries its head cursor
+ * and each counts event the stream's (http_head.h): mark-all-read with them
+ * covers exactly what the stream had sent.
  *
  * Connections are parked with MHD_suspend_connection while a stream has
  * nothing to send (no thread is held) and resumed by the hub. A comment line
@@ -19,7 +21,8 @@
  * the server notice clients that went away.
  *
  * Layer: api (src/api/), may use pg, rules, base.
- * Calls into: http_pool, http_request (and http_feed_sql's item JSON);
+ * Calls into: http_pool, http_request, http_head (and http_feed_sql's item
+ * JSON);
  * pg_array (pg); alloc, clock, json_writer, log (base).
  */
 #ifndef CRIER_HTTP_STREAM_H
@@ -32,7 +35,6 @@
 
 #define CRIER_STREAM_MAX_ITEMS 100       /* items per update before a resync instead */
 #define CRIER_STREAM_MAX_BUFFER (1 << 20) /* unsent bytes before a slow client is cut off */
-#define CRIER_STREAM_SNAPSHOT_MAX 4096    /* longest Last-Event-ID accepted */
 
 typedef struct crier_http_streams crier_http_streams;
 typedef struct crier_http_stream crier_http_stream;
@@ -46,10 +48,12 @@ crier_http_streams *crier_http_streams_start(const char *conninfo, double keepal
 /* Opens a stream of user's feed, in the tenant of the authenticated request
  * r, from the snapshot since (text, as pg_snapshot prints it): what committed
  * after it is sent first. resumed tells whether since came from the client
- * (Last-Event-ID). The stream keeps r's credential: when a user token
- * expires it sends an `expired` event and ends; when the API key is revoked
- * or the tenant's secret rotated (checked every keepalive interval) a
- * `revoked` event, and ends. NULL when the hub is shutting down. */
+ * (Last-Event-ID). The stream keeps r's credential (and its tenant's secret,
+ * which signs the head cursors): when a user token expires it sends an
+ * `expired` event and ends; when the API key is revoked or the tenant's
+ * secret rotated (checked every keepalive interval) a `revoked` event, and
+ * ends; both carry the id to resume from. NULL when the hub is shutting
+ * down. */
 crier_http_stream *crier_http_streams_open(crier_http_streams *hub, const crier_http_request *r,
                                            const char *user, const char *since, bool resumed);
 
@@ -60,11 +64,6 @@ struct MHD_Response *crier_http_stream_response(crier_http_stream *st, struct MH
 
 /* Drops a stream that will not be answered (its request failed later). */
 void crier_http_stream_abandon(crier_http_stream *st);
-
-/* True when text is a syntactically valid pg_snapshot ("xmin:xmax:xip,…"
- * with xmin <= xip < xmax ascending, xmin <= xmax) of at most
- * CRIER_STREAM_SNAPSHOT_MAX bytes. */
-bool crier_http_stream_valid_snapshot(const char *text);
 
 /* Ends every open stream (each sends what it holds, then its last chunk) and
  * refuses new ones. Call before stopping the HTTP daemon: libmicrohttpd must

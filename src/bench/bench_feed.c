@@ -820,7 +820,7 @@ static int feed_request(feed_worker *w, feed_http *h, PGconn *conn, int who)
 {
     const feed_deep *d = w->op == OP_DEEP_PAGE ? &w->b->deep[who] : NULL;
     char user[24], url[512], limit[16];
-    const char *values[5];
+    const char *values[6];
     PGresult *res;
     bool ok = true;
 
@@ -881,8 +881,8 @@ static int feed_request(feed_worker *w, feed_http *h, PGconn *conn, int who)
             break;
         default:
             values[2] = "read";
-            values[3] = NULL;
-            res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_MARK_ALL, 4, NULL, values, NULL, NULL, 0);
+            values[3] = values[4] = values[5] = NULL;
+            res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_MARK_ALL, 6, NULL, values, NULL, NULL, 0);
             if (PQresultStatus(res) == PGRES_TUPLES_OK) {
                 PQclear(res);
                 res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);
@@ -1048,7 +1048,7 @@ static int feed_explain_one(PGconn *conn, crier_json_buf *plans, const char *tit
                             const char *user, const char *before)
 {
     char limit[16];
-    const char *values[5] = {FEED_TENANT, user, NULL, NULL, NULL};
+    const char *values[6] = {FEED_TENANT, user, NULL, NULL, NULL, NULL};
     PGresult *res;
     bool ok;
 
@@ -1063,7 +1063,7 @@ static int feed_explain_one(PGconn *conn, crier_json_buf *plans, const char *tit
         res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_PAGE, 5, NULL, values, NULL, NULL, 0);
     } else if (op == OP_MARK_ALL_READ) {
         values[2] = "read";
-        res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_MARK_ALL, 4, NULL, values, NULL, NULL, 0);
+        res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_MARK_ALL, 6, NULL, values, NULL, NULL, 0);
         if (PQresultStatus(res) == PGRES_TUPLES_OK) {
             PQclear(res);
             res = PQexecParams(conn, CRIER_HTTP_SQL_FEED_COUNTS, 2, NULL, values, NULL, NULL, 0);

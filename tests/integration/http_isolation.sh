@@ -10,14 +10,9 @@ start_receiver hooks --statuses 400
 HOOK_URL=$RECEIVER_URL
 
 mkdir -p "$WORK/rules"
+cp "$CRIER_SOURCE_DIR/tests/support/feed_rules/comments.lua" "$WORK/rules/"
 cat >"$WORK/rules/rules.lua" <<'LUA'
 local crier = require "crier"
-crier.event_type "comment.created" { payload = { text = "string", to = "array" } }
-crier.rule "comment.created" {
-    recipients = function(event) return event.payload.to end,
-    channels = { "feed" },
-    feed = { title = "{{ payload.text }}" },
-}
 crier.event_type "invoice.created" { payload = { invoice_id = "string" } }
 crier.rule "invoice.created" {
     recipients = { "billing" },
