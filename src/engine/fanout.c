@@ -159,6 +159,7 @@ struct crier_fanout {
         char type[128];
         double until; /* monotonic seconds */
     } slow_types[FANOUT_SLOW_TYPES];
+    double slow_types_until; /* when the last of them expires */
 
     crier_fanout_stats stats;
 };
@@ -393,10 +394,12 @@ static bool key_set_insert(key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
     }
 }
 
-/* True when the fast lane saw an event of type run slow lately. */
-static bool fanout_type_is_slow(crier_fanout *f, const char *type)
+/* True when the fast lane saw an event of type run slow lately (now: the
+ * monotonic clock). Costs nothing while no type is marked. */
+static bool fanout_type_is_slow(const crier_fanout *f, const char *type, double now)
 {
-    double now = crier_clock_s();
+    if (f->slow_types_until <= now)
+        return false;
     for (size_t i = 0; i < FANOUT_SLOW_TYPES; i++)
         if (f->slow_types[i].until > now && !strcmp(f->slow_types[i].type, type))
             return true;
@@ -415,6 +418,7 @@ static void fanout_type_mark_slow(crier_fanout *f, const char *type)
             oldest = i;
     snprintf(f->slow_types[oldest].type, sizeof f->slow_types[oldest].type, "%s", type);
     f->slow_types[oldest].until = crier_clock_s() + FANOUT_SLOW_TYPE_SECONDS;
+    f->slow_types_until = f->slow_types[oldest].until;
 }
 
 static void fanout_plan_and_write(crier_fanout *f)
@@ -469,14 +473,15 @@ static void fanout_plan_and_write(crier_fanout *f)
         fanout_event *e = &f->events[i];
         if (!e->locked)
             continue;
-        if (planned > 0 && crier_clock_s() - started > f->opts.batch_budget) {
+        double now = crier_clock_s();
+        if (planned > 0 && now - started > f->opts.batch_budget) {
             /* the batch's time is up: the rest stay pending, untouched, for the next one */
             f->released = true;
             f->stats.events_released++;
             continue;
         }
         if (f->opts.lane == CRIER_FANOUT_LANE_FAST &&
-            fanout_type_is_slow(f, crier_strbuf_at(&f->strings, e->event_type))) {
+            fanout_type_is_slow(f, crier_strbuf_at(&f->strings, e->event_type), now)) {
             crier_pg_array_add_int64(&c[WRITE_SLOW_ID], e->id);
             f->stats.events_slowed++;
             continue;
