@@ -414,7 +414,7 @@ int crier_cmd_serve(int argc, char **argv)
     }
     cfg->conninfo = db.conninfo;
     cfg->rules_conninfo = db.rules_conninfo;
-    cfg->allow_privileged_rule_queries = cli.allow_privileged_rule_queries;
+    cfg->rules_query_role = crier_cli_rule_query_role(&cli);
     cfg->lua_dir = cli.lua_dir;
     cfg->rules_dir = cli.rules_dir;
     cfg->settings = cli.settings;

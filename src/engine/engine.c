@@ -368,9 +368,7 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         return -1;
     }
     if (cfg->rules_conninfo) {
-        e.query = crier_rules_query_new(cfg->rules_conninfo, 0,
-                                        cfg->allow_privileged_rule_queries ? CRIER_RULES_QUERY_ALLOW_PRIVILEGED
-                                                                           : CRIER_RULES_QUERY_UNPRIVILEGED);
+        e.query = crier_rules_query_new(cfg->rules_conninfo, 0, cfg->rules_query_role);
         if (!e.query) {
             snprintf(err, err_len, "out of memory");
             return -1;

@@ -14,6 +14,7 @@
 #include "delivery.h"
 #include "fanout.h"
 #include "rules.h"
+#include "rules_query.h"
 #include "webhook.h"
 
 #include <stdbool.h>
@@ -24,7 +25,9 @@ typedef struct crier_engine_config {
     /* the rules' queries' connection (crier_database_rules: an unprivileged
      * role); NULL: the rules have no database (a rule that queries fails) */
     const char *rules_conninfo;
-    bool allow_privileged_rule_queries; /* run them even as a privileged role (warned) */
+    /* what that role may be (UNPRIVILEGED, the default: a privileged one is
+     * refused; ALLOW_PRIVILEGED: --allow-privileged-rule-queries, warned) */
+    crier_rules_query_role rules_query_role;
     const char *lua_dir;
     const char *rules_dir;
     const crier_setting *settings;

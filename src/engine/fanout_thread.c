@@ -106,9 +106,7 @@ crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, c
     }
     pthread_mutex_init(&t->lock, NULL);
     if (cfg->rules_conninfo) {
-        t->query = crier_rules_query_new(cfg->rules_conninfo, 0,
-                                         cfg->allow_privileged_rule_queries ? CRIER_RULES_QUERY_ALLOW_PRIVILEGED
-                                                                            : CRIER_RULES_QUERY_UNPRIVILEGED);
+        t->query = crier_rules_query_new(cfg->rules_conninfo, 0, cfg->rules_query_role);
         if (!t->query) {
             snprintf(err, err_len, "out of memory");
             goto fail;
