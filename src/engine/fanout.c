@@ -764,6 +764,21 @@ const crier_fanout_stats *crier_fanout_get_stats(const crier_fanout *f)
     return &f->stats;
 }
 
+void crier_fanout_stats_add(crier_fanout_stats *dst, const crier_fanout_stats *src)
+{
+    dst->batches += src->batches;
+    dst->events_done += src->events_done;
+    dst->events_failed += src->events_failed;
+    dst->events_dead += src->events_dead;
+    dst->events_skipped_locked += src->events_skipped_locked;
+    dst->notifications_created += src->notifications_created;
+    dst->notifications_duplicate += src->notifications_duplicate;
+    dst->deliveries_created += src->deliveries_created;
+    dst->pages += src->pages;
+    dst->events_slowed += src->events_slowed;
+    dst->events_released += src->events_released;
+}
+
 void crier_fanout_free(crier_fanout *f)
 {
     if (!f)

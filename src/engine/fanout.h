@@ -79,6 +79,9 @@ void crier_fanout_stop(crier_fanout *f);
 
 const crier_fanout_stats *crier_fanout_get_stats(const crier_fanout *f);
 
+/* Adds every counter of src to dst (the totals of several workers). */
+void crier_fanout_stats_add(crier_fanout_stats *dst, const crier_fanout_stats *src);
+
 /* Frees the worker and its rules (the connection is the caller's). */
 void crier_fanout_free(crier_fanout *f);
 

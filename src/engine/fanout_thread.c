@@ -190,19 +190,7 @@ void crier_fanout_thread_join(crier_fanout_thread *t, crier_fanout_stats *stats)
     if (!t)
         return;
     crier_worker_thread_join(t->thread, fanout_thread_teardown);
-    if (stats) {
-        const crier_fanout_stats *s = &t->final_stats;
-        stats->batches += s->batches;
-        stats->events_done += s->events_done;
-        stats->events_failed += s->events_failed;
-        stats->events_dead += s->events_dead;
-        stats->events_skipped_locked += s->events_skipped_locked;
-        stats->notifications_created += s->notifications_created;
-        stats->notifications_duplicate += s->notifications_duplicate;
-        stats->deliveries_created += s->deliveries_created;
-        stats->pages += s->pages;
-        stats->events_slowed += s->events_slowed;
-        stats->events_released += s->events_released;
-    }
+    if (stats)
+        crier_fanout_stats_add(stats, &t->final_stats);
     fanout_thread_free(t);
 }
