@@ -94,6 +94,14 @@ CREATE FUNCTION crier.api_tenant_secret(p_tenant text) RETURNS bytea
     AS $$ … $$; -- the body: sql/functions/api_tenant_secret.sql
 
 --
+-- Name: apply_timing(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.apply_timing() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/apply_timing.sql
+
+--
 -- Name: claim_deliveries(integer, integer, double precision); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -116,6 +124,14 @@ CREATE FUNCTION crier.complete_deliveries(p_id bigint[], p_attempt integer[], p_
 CREATE FUNCTION crier.dead_letters(p_tenant text, p_type text, p_channel text, p_since timestamp with time zone, p_until timestamp with time zone, p_kind text, p_id bigint, p_event bigint) RETURNS TABLE(kind text, id bigint, tenant text, event_id bigint, event_type text, entity_id text, recipient text, channel text, target text, attempts integer, died_at timestamp with time zone, last_status integer, last_error text, sort_us bigint, kind_rank integer)
     LANGUAGE sql STABLE
     AS $$ … $$; -- the body: sql/functions/dead_letters.sql
+
+--
+-- Name: digest_join(text, text, text, text, text, double precision, double precision, integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel text, p_key text, p_event_type text, p_window double precision, p_every double precision, p_max_items integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/digest_join.sql
 
 --
 -- Name: emit(text, text, text, jsonb, text); Type: FUNCTION; Schema: crier; Owner: -
@@ -206,6 +222,30 @@ CREATE FUNCTION crier.feed_position_now() RETURNS bigint
     AS $$ … $$; -- the body: sql/functions/feed_position_now.sql
 
 --
+-- Name: fire_delay(bigint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.fire_delay(p_delivery_id bigint) RETURNS text
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/fire_delay.sql
+
+--
+-- Name: fire_timers(integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.fire_timers(p_limit integer) RETURNS TABLE(timer_id bigint, kind text, digest_id bigint, tenant text, event_type text, digest_key text, recipient_id text, channel text, discriminator text, last_event_id bigint, outcome text, input text)
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/fire_timers.sql
+
+--
+-- Name: flush_digests(bigint[], bigint[], uuid[], text[], text[], bigint[], text[], text[], text[], text[], text[], text[], text[], text[], text[], text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.flush_digests(p_timer_id bigint[], p_digest_id bigint[], p_key_hash uuid[], p_key text[], p_message_id text[], p_last_event_id bigint[], p_discriminator text[], p_target text[], p_body text[], p_secret text[], p_subject text[], p_html text[], p_sender text[], p_retry text[], p_error text[], p_rules_version text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/flush_digests.sql
+
+--
 -- Name: join_audience(text, text, text); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -246,6 +286,14 @@ CREATE FUNCTION crier.probe_delay(p_base double precision, p_probes integer) RET
     AS $$ … $$; -- the body: sql/functions/probe_delay.sql
 
 --
+-- Name: release_delivery(bigint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.release_delivery(p_id bigint) RETURNS text
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/release_delivery.sql
+
+--
 -- Name: replay_dead(text, text, text, timestamp with time zone, timestamp with time zone, text, bigint, bigint, integer); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -268,6 +316,14 @@ CREATE FUNCTION crier.set_preference(p_tenant text, p_recipient_id text, p_event
 CREATE FUNCTION crier.snapshot_within(p_a pg_snapshot, p_b pg_snapshot) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ … $$; -- the body: sql/functions/snapshot_within.sql
+
+--
+-- Name: timer_key(text[]); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.timer_key(p_parts text[]) RETURNS uuid
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ … $$; -- the body: sql/functions/timer_key.sql
 
 --
 -- Name: api_idempotency; Type: TABLE; Schema: crier; Owner: -
@@ -379,7 +435,9 @@ CREATE TABLE crier.deliveries (
     retry_schedule integer[],
     budget_start integer DEFAULT 0 NOT NULL,
     dead_at timestamp with time zone,
-    CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text])))
+    timing jsonb,
+    digest_id bigint,
+    CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text, 'timing'::text, 'held'::text, 'digested'::text])))
 );
 
 --
@@ -413,6 +471,45 @@ CREATE TABLE crier.delivery_attempts (
     error text,
     response_excerpt text
 );
+
+--
+-- Name: digests; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.digests (
+    id bigint NOT NULL,
+    tenant text NOT NULL,
+    recipient_id text NOT NULL,
+    channel text NOT NULL,
+    digest_key text NOT NULL,
+    event_type text NOT NULL,
+    window_start timestamp with time zone NOT NULL,
+    window_end timestamp with time zone NOT NULL,
+    max_items integer,
+    items integer DEFAULT 0 NOT NULL,
+    state text DEFAULT 'open'::text NOT NULL,
+    notification_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT digests_state_check CHECK ((state = ANY (ARRAY['open'::text, 'full'::text, 'sent'::text])))
+);
+
+--
+-- Name: digests_id_seq; Type: SEQUENCE; Schema: crier; Owner: -
+--
+
+CREATE SEQUENCE crier.digests_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: digests_id_seq; Type: SEQUENCE OWNED BY; Schema: crier; Owner: -
+--
+
+ALTER SEQUENCE crier.digests_id_seq OWNED BY crier.digests.id;
 
 --
 -- Name: endpoints; Type: TABLE; Schema: crier; Owner: -
@@ -641,6 +738,54 @@ CREATE TABLE crier.schema_migrations (
 );
 
 --
+-- Name: throttle_hits; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.throttle_hits (
+    key uuid NOT NULL,
+    at timestamp with time zone NOT NULL,
+    delivery_id bigint NOT NULL
+);
+
+--
+-- Name: timers; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.timers (
+    id bigint NOT NULL,
+    key uuid NOT NULL,
+    tenant text NOT NULL,
+    kind text NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    delivery_id bigint,
+    digest_id bigint,
+    attempts integer DEFAULT 0 NOT NULL,
+    outcome text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    fired_at timestamp with time zone,
+    CONSTRAINT timers_kind_check CHECK ((kind = ANY (ARRAY['delay'::text, 'digest'::text]))),
+    CONSTRAINT timers_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'fired'::text, 'dead'::text])))
+);
+
+--
+-- Name: timers_id_seq; Type: SEQUENCE; Schema: crier; Owner: -
+--
+
+CREATE SEQUENCE crier.timers_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: timers_id_seq; Type: SEQUENCE OWNED BY; Schema: crier; Owner: -
+--
+
+ALTER SEQUENCE crier.timers_id_seq OWNED BY crier.timers.id;
+
+--
 -- Name: api_keys id; Type: DEFAULT; Schema: crier; Owner: -
 --
 
@@ -651,6 +796,12 @@ ALTER TABLE ONLY crier.api_keys ALTER COLUMN id SET DEFAULT nextval('crier.api_k
 --
 
 ALTER TABLE ONLY crier.deliveries ALTER COLUMN id SET DEFAULT nextval('crier.deliveries_id_seq'::regclass);
+
+--
+-- Name: digests id; Type: DEFAULT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.digests ALTER COLUMN id SET DEFAULT nextval('crier.digests_id_seq'::regclass);
 
 --
 -- Name: endpoints id; Type: DEFAULT; Schema: crier; Owner: -
@@ -669,6 +820,12 @@ ALTER TABLE ONLY crier.events ALTER COLUMN id SET DEFAULT nextval('crier.events_
 --
 
 ALTER TABLE ONLY crier.notifications ALTER COLUMN id SET DEFAULT nextval('crier.notifications_id_seq'::regclass);
+
+--
+-- Name: timers id; Type: DEFAULT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.timers ALTER COLUMN id SET DEFAULT nextval('crier.timers_id_seq'::regclass);
 
 --
 -- Name: api_idempotency api_idempotency_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
@@ -732,6 +889,20 @@ ALTER TABLE ONLY crier.deliveries
 
 ALTER TABLE ONLY crier.delivery_attempts
     ADD CONSTRAINT delivery_attempts_pkey PRIMARY KEY (delivery_id, attempt);
+
+--
+-- Name: digests digests_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.digests
+    ADD CONSTRAINT digests_pkey PRIMARY KEY (id);
+
+--
+-- Name: digests digests_tenant_recipient_id_channel_digest_key_window_start_key; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.digests
+    ADD CONSTRAINT digests_tenant_recipient_id_channel_digest_key_window_start_key UNIQUE (tenant, recipient_id, channel, digest_key, window_start);
 
 --
 -- Name: endpoints endpoints_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
@@ -839,6 +1010,20 @@ ALTER TABLE ONLY crier.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (name);
 
 --
+-- Name: timers timers_key_key; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.timers
+    ADD CONSTRAINT timers_key_key UNIQUE (key);
+
+--
+-- Name: timers timers_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.timers
+    ADD CONSTRAINT timers_pkey PRIMARY KEY (id);
+
+--
 -- Name: api_idempotency_created; Type: INDEX; Schema: crier; Owner: -
 --
 
@@ -869,6 +1054,12 @@ CREATE INDEX audience_items_audience_txid ON crier.audience_items USING btree (t
 CREATE INDEX deliveries_dead ON crier.deliveries USING btree (dead_at) WHERE (state = 'dead'::text);
 
 --
+-- Name: deliveries_digest; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX deliveries_digest ON crier.deliveries USING btree (digest_id) WHERE (digest_id IS NOT NULL);
+
+--
 -- Name: deliveries_due; Type: INDEX; Schema: crier; Owner: -
 --
 
@@ -881,6 +1072,18 @@ CREATE INDEX deliveries_due ON crier.deliveries USING btree (due_at) WHERE (stat
 CREATE INDEX deliveries_paused ON crier.deliveries USING btree (tenant, channel, target) WHERE (state = 'paused'::text);
 
 --
+-- Name: deliveries_timing; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX deliveries_timing ON crier.deliveries USING btree (id) WHERE (state = 'timing'::text);
+
+--
+-- Name: digests_open; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE UNIQUE INDEX digests_open ON crier.digests USING btree (tenant, recipient_id, channel, digest_key) WHERE (state = 'open'::text);
+
+--
 -- Name: endpoints_probe; Type: INDEX; Schema: crier; Owner: -
 --
 
@@ -891,6 +1094,12 @@ CREATE INDEX endpoints_probe ON crier.endpoints USING btree (next_probe_at) WHER
 --
 
 CREATE INDEX events_dead ON crier.events USING btree (tenant, processed_at) WHERE (state = 'dead'::text);
+
+--
+-- Name: events_entity; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX events_entity ON crier.events USING btree (tenant, entity_id, event_type);
 
 --
 -- Name: events_pending_lane; Type: INDEX; Schema: crier; Owner: -
@@ -933,6 +1142,30 @@ CREATE INDEX notifications_event ON crier.notifications USING btree (event_id);
 --
 
 CREATE INDEX notifications_recipient ON crier.notifications USING btree (tenant, recipient_id, id);
+
+--
+-- Name: throttle_hits_key; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX throttle_hits_key ON crier.throttle_hits USING btree (key, at);
+
+--
+-- Name: timers_delivery; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX timers_delivery ON crier.timers USING btree (delivery_id) WHERE (delivery_id IS NOT NULL);
+
+--
+-- Name: timers_digest; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX timers_digest ON crier.timers USING btree (digest_id) WHERE (digest_id IS NOT NULL);
+
+--
+-- Name: timers_due; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX timers_due ON crier.timers USING btree (due_at) WHERE (state = 'pending'::text);
 
 --
 -- Name: audience_items audience_items_notify; Type: TRIGGER; Schema: crier; Owner: -
@@ -995,6 +1228,13 @@ ALTER TABLE ONLY crier.api_keys
 
 ALTER TABLE ONLY crier.audience_items
     ADD CONSTRAINT audience_items_event_id_fkey FOREIGN KEY (event_id) REFERENCES crier.events(id);
+
+--
+-- Name: deliveries deliveries_digest_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.deliveries
+    ADD CONSTRAINT deliveries_digest_id_fkey FOREIGN KEY (digest_id) REFERENCES crier.digests(id);
 
 --
 -- Name: deliveries deliveries_notification_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -

@@ -7,10 +7,11 @@
 
 local json = require "crier.json"
 local template = require "crier.template"
+local timing = require "crier.timing"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable =
     type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable
-local find, format, match, sub = string.find, string.format, string.match, string.sub
+local find, format, gsub, match, sub = string.find, string.format, string.gsub, string.match, string.sub
 local sort, concat = table.sort, table.concat
 local getinfo = debug.getinfo
 
@@ -18,6 +19,7 @@ local crier = {
     _VERSION = "0.1.0",
     json = json,
     template = template,
+    timing = timing,
 }
 
 -- The registry declarations go to: set by crier.runtime while it loads or
@@ -856,6 +858,50 @@ local function allowed_rule_fields()
     return allowed
 end
 
+local function union(a, b)
+    local out = {}
+    for k in pairs(a) do
+        out[k] = true
+    end
+    for k in pairs(b) do
+        out[k] = true
+    end
+    return out
+end
+
+local function without_fields(t, fields)
+    local out = {}
+    for k, v in pairs(t) do
+        if not fields[k] then
+            out[k] = v
+        end
+    end
+    return out
+end
+
+-- The channel block a digest's message is rendered with: the block's own
+-- fields, with those the digest table gives (subject, text, body, ...)
+-- instead; its templates are named "<kind>.digest.<field>" and may read
+-- digest.* (timing.digest_event).
+local function digest_config(def, kind, config, report, compile)
+    local merged = without_fields(config, timing.FIELDS)
+    for k, v in pairs(config.digest) do
+        if timing.DIGEST_CONTENT[kind][k] then
+            merged[k] = v
+        end
+    end
+    local function digest_compile(source, opts, name)
+        return compile(source, opts, (gsub(name or (kind .. ".body"), "^([%w_]+)%.", "%1.digest.")))
+    end
+    local compiled = def.check(merged, function(msg)
+        report("digest: " .. msg)
+    end, digest_compile)
+    for k, v in pairs(compiled or {}) do
+        merged[k] = v
+    end
+    return merged
+end
+
 -- crier.rule(event_type) { recipients = ..., channels = ..., webhook = {...} }
 -- Declares the rule for an event type (declared in any file of the
 -- generation). Fields:
@@ -967,7 +1013,20 @@ function crier.rule(event_type)
                 if type(config) ~= "table" then
                     report(format("%s must be a table, got %s", kind, type(config)))
                 else
-                    check_fields(registry, at, what .. ": " .. kind, config, def.fields)
+                    local allowed = def.fields
+                    if kind == "feed" then
+                        for field in pairs(timing.FIELDS) do
+                            if config[field] ~= nil then
+                                report(format("feed.%s: feed items are shown at once; delay, unless, cancel_on, "
+                                    .. "throttle and digest belong to a sending channel's block (email, webhook, "
+                                    .. "kafka)", field))
+                            end
+                        end
+                        config = without_fields(config, timing.FIELDS)
+                    else
+                        allowed = union(def.fields, timing.FIELDS)
+                    end
+                    check_fields(registry, at, what .. ": " .. kind, config, allowed)
                     local function compile(source, opts, name)
                         opts.name = name or (kind .. ".body")
                         opts.filters = filters_for(registry, at)
@@ -979,6 +1038,7 @@ function crier.rule(event_type)
                         end
                         return fn, err
                     end
+                    local problems_before = #registry.problems
                     local compiled = def.check(config, report, compile)
                     local c = {}
                     for k, v in pairs(config) do
@@ -987,7 +1047,27 @@ function crier.rule(event_type)
                     for k, v in pairs(compiled or {}) do
                         c[k] = v
                     end
+                    if kind ~= "feed" then
+                        c.timing = timing.check(config, kind, report)
+                        if c.timing and c.timing.digest and #registry.problems == problems_before then
+                            c.digest_config = digest_config(def, kind, config, report, compile)
+                        end
+                    end
                     configs[kind] = c
+                end
+            end
+        end
+
+        if is_list(channels) then
+            local has_feed = false
+            for _, name in ipairs(channels) do
+                has_feed = has_feed or name == "feed"
+            end
+            for kind, c in pairs(configs) do
+                if c.timing and c.timing.unless and not has_feed then
+                    report(format("%s.unless = %q decides by the notification's feed item, but the rule does not "
+                        .. "route the feed channel: add \"feed\" to channels (with a feed = { title = ... } block)",
+                        kind, c.timing.unless))
                 end
             end
         end
@@ -1025,10 +1105,12 @@ local event_names = { payload = true, id = true, tenant = true, type = true, ent
 local scalar_types = { string = "a string", number = "a number", integer = "an integer", boolean = "a boolean" }
 
 -- The problem with one path a template reads, or nil.
-local function path_problem(event_type, path)
+local function path_problem(event_type, path, in_digest)
     local first = path[1]
     local field_at
-    if not template_names[first] then
+    if first == "digest" and in_digest then
+        return nil
+    elseif not template_names[first] then
         return format("template uses %s, but templates see only payload, event, recipient, id, tenant, type, "
             .. "entity_id and cursor", concat(path, "."))
     elseif first == "payload" then
@@ -1063,7 +1145,7 @@ function crier._check_template_paths(registry, rule)
     local event_type = registry.event_types[rule.event_type]
     local reported = {}
     for _, use in ipairs(rule.template_paths or {}) do
-        local msg = path_problem(event_type, use.path)
+        local msg = path_problem(event_type, use.path, find(use.template, "^[%w_]+%.digest%.") ~= nil)
         if msg and not reported[use.template .. msg] then
             reported[use.template .. msg] = true
             problem(registry, rule.where, format("rule '%s': %s:%d: %s (column %d)", rule.event_type, use.template,

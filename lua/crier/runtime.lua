@@ -8,6 +8,7 @@
 local crier = require "crier"
 local json = require "crier.json"
 local sandbox = require "crier.sandbox"
+local timing = require "crier.timing"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable =
     type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable
@@ -304,6 +305,7 @@ runtime.PLAN_FIELDS = {
     delivery = {
         channel = "string", target = "string", body = "string", secret = "string?", subject = "string?",
         html = "string?", from = "string?", retry_literal = "string?", honor_preferences = "boolean?",
+        timing = "string?",
     },
     audience_item = { audience = "string", content = "string", backfill = "boolean?" },
 }
@@ -437,6 +439,8 @@ local function deliveries_for(rule, event, recipient)
             -- stored preferences apply unless the type is required or the rule
             -- says preferences = "ignore"
             d.honor_preferences = not ((et and et.required) or rule.preferences == "ignore")
+            -- when and how many: delay, throttle, digest (crier.timing)
+            d.timing = timing.spec_for(config.timing, name, event, recipient, fail)
             deliveries[#deliveries + 1] = d
         end
     end
@@ -613,6 +617,60 @@ function Generation:plan(event)
         if result.raw then
             return nil, format("rule '%s' (%s) failed: %s", rule.event_type, rule.where, result.message),
                 "rule_error", result.limit and "limit" or nil
+        end
+        return nil, result.message, "rule_error"
+    end
+    return result
+end
+
+-- gen:render_digest(input_json): the message of a digest whose window closed.
+-- input_json is what crier.fire_timers returns for it (see
+-- timing.digest_event): the rule of input.event_type renders its
+-- input.channel block's digest message for input.recipient. Returns a plan of
+-- one entry with one delivery (the shape of gen:plan's), or nil, err, code
+-- like gen:plan ("unknown_event_type" when the type or its rule is gone,
+-- "rule_error").
+function Generation:render_digest(input_json)
+    if type(input_json) ~= "string" then
+        error("gen:render_digest: input must be JSON text, got " .. type(input_json), 2)
+    end
+    local input, err = json.decode(input_json)
+    if type(input) ~= "table" or type(input.recipient) ~= "table" or type(input.channel) ~= "string" then
+        return nil, "gen:render_digest: malformed input: " .. tostring(err or "recipient and channel are required"),
+            "rule_error"
+    end
+    local registry = self.registry
+    local rule = registry.rules[input.event_type]
+    local config = rule and rule.configs[input.channel]
+    if not config or not config.digest_config then
+        return nil, format("the digest's rule is gone: no rule for %s has a %s block with a digest in the "
+            .. "rules loaded now; restore it (the digest waits and is retried)", describe(input.event_type),
+            tostring(input.channel)), "unknown_event_type"
+    end
+    local kind = crier.channel_kinds[input.channel]
+    local event = timing.digest_event(input)
+    local recipient = input.recipient
+    local function digest_run()
+        local d = kind.deliver(config.digest_config, event, recipient, function(msg)
+            rule_fail(rule, "digest: " .. msg)
+        end)
+        local et = registry.event_types[input.event_type]
+        if d.retry_literal == nil then
+            d.retry_literal = (et and et.retry[input.channel]) or registry.retry[input.channel]
+        end
+        d.honor_preferences = false -- each item was checked when it joined
+        return { { recipient = recipient.id, deliveries = { d } } }
+    end
+    local previous = crier._set_registry(registry)
+    local ok, result = sandbox.run(registry.limits, digest_run, on_rule_error)
+    crier._set_registry(previous)
+    if not ok then
+        if type(result) ~= "table" then
+            result = { message = message_only(result), raw = true }
+        end
+        if result.raw then
+            return nil, format("rule '%s' (%s) failed rendering a digest: %s", rule.event_type, rule.where,
+                result.message), "rule_error", result.limit and "limit" or nil
         end
         return nil, result.message, "rule_error"
     end

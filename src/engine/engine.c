@@ -7,6 +7,7 @@
 #include "rules_query.h"
 #include "rules_reload.h"
 #include "sd_notify.h"
+#include "timers.h"
 
 #include <ev.h>
 #include <limits.h>
@@ -22,8 +23,9 @@
 typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg_fanout, *pg_listen;
+    crier_pg *pg_fanout, *pg_listen, *pg_timers;
     crier_fanout *fanout;            /* the fast lane, on this loop */
+    crier_timers *timers;            /* the timer worker, on this loop */
     crier_fanout_thread *slow;       /* the slow lane, on its own thread and loop */
     crier_delivery_thread *delivery; /* the delivery side, on its own thread and loop */
     ev_async delivery_changed;       /* a thread went idle or finished */
@@ -32,7 +34,7 @@ typedef struct {
     ev_signal sig_term, sig_int, sig_hup;
     ev_timer watchdog; /* the service manager's watchdog pings (notify_service_manager) */
     bool stopping;
-    bool listening;
+    int listened; /* LISTEN statements done on pg_listen since it (re)connected */
 
     /* Rules reloads: inotify on the rules directory (debounced), SIGHUP. */
     int inotify_fd;
@@ -129,6 +131,7 @@ static void engine_watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void engine_kick_all(engine *e)
 {
     crier_fanout_kick(e->fanout);
+    crier_timers_kick(e->timers);
     crier_fanout_thread_kick(e->slow);
     crier_delivery_thread_kick(e->delivery);
 }
@@ -140,7 +143,8 @@ static void engine_on_notify(void *ud, const char *channel, const char *payload)
     if (!strcmp(channel, "crier_events")) {
         crier_fanout_kick(e->fanout);
         crier_fanout_thread_kick(e->slow);
-    }
+    } else if (!strcmp(channel, "crier_timers"))
+        crier_timers_kick(e->timers);
     else
         crier_delivery_thread_kick(e->delivery);
 }
@@ -152,18 +156,21 @@ static void engine_on_listen(void *ud, PGresult *res, const char *err)
         crier_warn("engine", "LISTEN failed (%s): relying on polling", res ? PQresultErrorMessage(res) : err);
         return;
     }
-    if (!e->listening) {
-        e->listening = true;
-        crier_pg_query(e->pg_listen, "LISTEN crier_deliveries", NULL, engine_on_listen, e);
-        return;
+    /* one statement each: crier_events, crier_deliveries, crier_timers */
+    if (e->listened < 3) {
+        static const char *const next[] = {NULL, "LISTEN crier_deliveries", "LISTEN crier_timers"};
+        if (++e->listened < 3) {
+            crier_pg_query(e->pg_listen, next[e->listened], NULL, engine_on_listen, e);
+            return;
+        }
     }
     engine_write_status(e);
 }
 
-/* Subscribes the listen connection to both wake-up channels (one statement each). */
+/* Subscribes the listen connection to the wake-up channels (one statement each). */
 static void engine_listen(engine *e)
 {
-    e->listening = false;
+    e->listened = 0;
     crier_pg_query(e->pg_listen, "LISTEN crier_events", NULL, engine_on_listen, e);
 }
 
@@ -190,6 +197,14 @@ static void engine_on_committed(void *ud, uint64_t deliveries, uint64_t slowed)
         crier_fanout_thread_kick(e->slow);
 }
 
+/* After a committed pass of the timer worker that made deliveries due. */
+static void engine_on_timers_committed(void *ud, uint64_t deliveries_due)
+{
+    engine *e = ud;
+    (void)deliveries_due;
+    crier_delivery_thread_kick(e->delivery);
+}
+
 /* Called on the delivery thread or the slow lane's: wakes this loop so that
  * before_sleep looks at their state again. */
 static void engine_delivery_changed(void *ud)
@@ -211,13 +226,13 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
     engine *e = w->data;
     (void)revents;
     if (e->stopping) {
-        if (crier_fanout_between_batches(e->fanout) && crier_fanout_thread_finished(e->slow) &&
-            crier_delivery_thread_finished(e->delivery))
+        if (crier_fanout_between_batches(e->fanout) && crier_timers_between_passes(e->timers) &&
+            crier_fanout_thread_finished(e->slow) && crier_delivery_thread_finished(e->delivery))
             ev_break(loop, EVBREAK_ALL);
         return;
     }
-    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_fanout_thread_idle(e->slow) &&
-        crier_delivery_thread_idle(e->delivery))
+    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_timers_idle(e->timers) &&
+        crier_fanout_thread_idle(e->slow) && crier_delivery_thread_idle(e->delivery))
         ev_break(loop, EVBREAK_ALL);
 }
 
@@ -230,23 +245,30 @@ static void engine_stop(engine *e)
                e->cfg->shutdown_deadline);
     engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
     crier_fanout_stop(e->fanout);
+    crier_timers_stop(e->timers);
     crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
     ev_timer_stop(e->loop, &e->poll);
 }
 
-/* Gives the slow lane its own generation of the version just loaded (a
- * lua_State serves one thread); when that fails it keeps its old one until
- * the next reload, and says so. */
-static void engine_reload_slow_lane(engine *e)
+/* Gives the slow lane and the timer worker their own generations of the
+ * version just loaded (a lua_State serves one worker); when that fails one
+ * keeps its old one until the next reload, and says so. */
+static void engine_reload_copies(engine *e)
 {
     char err[4096];
     crier_rules *copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
     if (!copy) {
         crier_warn("rules", "the slow lane keeps its rules until the next reload: %s", err);
+    } else {
+        crier_fanout_thread_set_rules(e->slow, copy);
+    }
+    copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
+    if (!copy) {
+        crier_warn("rules", "the timer worker keeps its rules until the next reload: %s", err);
         return;
     }
-    crier_fanout_thread_set_rules(e->slow, copy);
+    crier_timers_set_rules(e->timers, copy);
 }
 
 /* Loads the rules directory as a new generation (rules_reload.c) and hands it
@@ -275,7 +297,7 @@ static void engine_reload(engine *e, const char *why)
         crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why,
                    e->reloader.version);
         crier_fanout_set_rules(e->fanout, rules);
-        engine_reload_slow_lane(e);
+        engine_reload_copies(e);
         if (cfg->on_rules_reloaded)
             cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->reloader.version);
         engine_notify(e, "READY=1\nSTATUS=running: rules version %.12s", e->reloader.version);
@@ -407,6 +429,15 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         goto out;
     }
     rules = NULL; /* owned by the fan-out worker now */
+    e.pg_timers = crier_pg_connect(e.loop, cfg->conninfo, "timers", err, err_len);
+    if (!e.pg_timers)
+        goto out;
+    {
+        crier_rules *copy = crier_rules_reloader_load_copy(&e.reloader, err, err_len);
+        if (!copy)
+            goto out;
+        e.timers = crier_timers_new(e.loop, e.pg_timers, copy, 0, engine_on_timers_committed, &e);
+    }
     ev_async_init(&e.delivery_changed, engine_delivery_changed_cb);
     ev_async_start(e.loop, &e.delivery_changed);
     e.delivery = crier_delivery_thread_start(cfg, engine_delivery_changed, &e, err, err_len);
@@ -495,9 +526,11 @@ out:
     crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
     crier_fanout_free(e.fanout);
+    crier_timers_free(e.timers);
     crier_rules_free(rules);
     crier_pg_free(e.pg_listen);
     crier_pg_free(e.pg_fanout);
+    crier_pg_free(e.pg_timers);
     crier_rules_query_free(e.query);
     return rc;
 }

@@ -7,6 +7,7 @@
  *   (rules run in C/Lua; keys, message ids and lock keys are computed in C, keys.h)
  *   write   one statement: notifications ON CONFLICT DO NOTHING RETURNING → deliveries
  *           for the new rows only → events marked done / failed / dead
+ *   timing  (only when a delivery has a delay, throttle or digest) crier.apply_timing()
  *   COMMIT
  * No network send happens inside it; a crash anywhere rolls it back and the
  * events are claimed again by any worker. */
@@ -34,6 +35,7 @@ typedef enum {
     FANOUT_CLAIM,
     FANOUT_LOCK,
     FANOUT_WRITE,
+    FANOUT_TIMING,
     FANOUT_COMMIT,
     FANOUT_ROLLBACK
 } fanout_state;
@@ -96,6 +98,8 @@ enum {
     WRITE_MESSAGE_ID,        /* $31 text[]: the side-effect id, crier_key_hash_id */
     /* events whose rules ran past the fast lane's soft limit */
     WRITE_SLOW_ID,           /* $32 bigint[]: to the slow lane, untouched otherwise */
+    /* deliveries, continued */
+    WRITE_TIMING,            /* $33 text[]: the rule's timing JSON (delay, throttle, digest) or NULL */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -143,6 +147,7 @@ struct crier_fanout {
     crier_plan plan;
     key_set seen; /* reused from batch to batch */
     uint64_t batch_deliveries;
+    size_t batch_timed; /* planned deliveries with a timing (crier.apply_timing decides them) */
 
     /* Parameter arrays of the statements in flight (kept until the callback);
      * cols[WRITE_RULES_VERSION] and cols[WRITE_MAX_ATTEMPTS] stay unused. */
@@ -187,11 +192,11 @@ static const char SQL_WRITE[] =
     "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type"
     "), planned AS ("
     "  SELECT ins.id AS notification_id, ins.tenant, ins.recipient_id, ins.event_type, ins.key_hash,"
-    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id,"
+    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id, d.timing,"
     "      pref.enabled AS pref_enabled, pref.event_type AS pref_type, pref.channel AS pref_channel"
     "  FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[],"
-    "      $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[])"
-    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor, message_id)"
+    "      $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[])"
+    "      AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing)"
     "  JOIN ins ON ins.key_hash = d.key_hash"
     "  LEFT JOIN LATERAL ("
     "      SELECT p.enabled, p.event_type, p.channel FROM crier.preferences p"
@@ -200,10 +205,11 @@ static const char SQL_WRITE[] =
     "      ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) pref ON true"
     "), dlv AS ("
     "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
-    "      subject, html, sender, retry_schedule, state, last_error)"
+    "      subject, html, sender, retry_schedule, timing, state, last_error)"
     "  SELECT p.notification_id, p.tenant, p.channel, p.message_id,"
-    "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[],"
-    "      CASE WHEN p.pref_enabled = false THEN 'suppressed' ELSE 'pending' END,"
+    "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[], p.timing::jsonb,"
+    "      CASE WHEN p.pref_enabled = false THEN 'suppressed' WHEN p.timing IS NOT NULL THEN 'timing'"
+    "          ELSE 'pending' END,"
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '"
     "          || p.pref_type || ', channel ' || p.pref_channel || ')' END"
     "  FROM planned p WHERE p.channel <> 'feed'"
@@ -247,6 +253,10 @@ static const char SQL_WRITE[] =
     ")"
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done),"
     "        (SELECT count(*) FROM failed WHERE state = 'dead')";
+
+/* After the write, when the batch planned deliveries with a timing: holds,
+ * throttles, digests (sql/functions/apply_timing.sql). */
+static const char SQL_TIMING[] = "SELECT crier.apply_timing()";
 
 static void fanout_step(crier_fanout *f);
 
@@ -459,6 +469,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         [WRITE_AUDIENCE_BACKFILL] = CRIER_PG_BOOL,
         [WRITE_MESSAGE_ID] = CRIER_PG_TEXT,
         [WRITE_SLOW_ID] = CRIER_PG_INT8,
+        [WRITE_TIMING] = CRIER_PG_TEXT,
     };
     double started = crier_clock_s();
     size_t planned = 0;
@@ -469,6 +480,7 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_array_begin(&c[i], types[i]);
 
     f->released = false;
+    f->batch_timed = 0;
     for (size_t i = 0; i < f->n_events; i++) {
         fanout_event *e = &f->events[i];
         if (!e->locked)
@@ -569,6 +581,9 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_array_add_str(&c[WRITE_RETRY], pd->retry);
             crier_pg_array_add_bool(&c[WRITE_HONOR_PREFERENCES], pd->honor_preferences);
             crier_pg_array_add_text(&c[WRITE_MESSAGE_ID], message_id, CRIER_KEY_ID_LEN);
+            crier_pg_array_add_str(&c[WRITE_TIMING], pd->timing);
+            if (pd->timing)
+                f->batch_timed++;
         }
     }
 
@@ -625,6 +640,11 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
     crier_debug("fanout", "batch: %zu events, %llu done, %llu notifications new, %llu duplicate, %llu deliveries",
                 f->n_events, (unsigned long long)done, (unsigned long long)created,
                 (unsigned long long)(planned - created), (unsigned long long)deliveries);
+    if (f->batch_timed > 0) {
+        /* deliveries with a timing: decided before the batch commits */
+        fanout_send(f, FANOUT_TIMING, SQL_TIMING, NULL);
+        return;
+    }
     fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
 }
 
@@ -667,6 +687,9 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         break;
     case FANOUT_WRITE:
         fanout_on_write(f, res);
+        break;
+    case FANOUT_TIMING:
+        fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
         break;
     case FANOUT_COMMIT:
         f->state = FANOUT_IDLE;

@@ -59,7 +59,7 @@ const char *crier_pg_array_end(crier_pg_array *a);
 /* Frees the buffer. */
 void crier_pg_array_free(crier_pg_array *a);
 
-#define CRIER_PG_MAX_PARAMS 32
+#define CRIER_PG_MAX_PARAMS 40
 
 /* The parameters of one statement, in the form PQsendQueryParams takes. The
  * pointed-to values must outlive the statement. */

@@ -563,6 +563,7 @@ void crier_plan_free(crier_plan *plan)
 #define PLAN_DELIVERY_FROM "from"
 #define PLAN_DELIVERY_RETRY_LITERAL "retry_literal"
 #define PLAN_DELIVERY_HONOR_PREFERENCES "honor_preferences"
+#define PLAN_DELIVERY_TIMING "timing"
 #define PLAN_AUDIENCE_ITEM_AUDIENCE "audience"
 #define PLAN_AUDIENCE_ITEM_CONTENT "content"
 #define PLAN_AUDIENCE_ITEM_BACKFILL "backfill"
@@ -651,7 +652,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
         n_deliveries = lua_objlen(L, -1);
         for (size_t j = 1; j <= n_deliveries; j++) {
             crier_plan_delivery *d;
-            const char *channel, *target, *body, *secret, *subject, *html, *sender, *retry;
+            const char *channel, *target, *body, *secret, *subject, *html, *sender, *retry, *timing;
             size_t body_len;
             lua_rawgeti(L, -1, (int)j);
             if (lua_type(L, -1) != LUA_TTABLE) {
@@ -665,7 +666,8 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
                 copy_field(L, -1, PLAN_DELIVERY_SUBJECT, 1, plan, &subject, NULL, &why) != 0 ||
                 copy_field(L, -1, PLAN_DELIVERY_HTML, 1, plan, &html, NULL, &why) != 0 ||
                 copy_field(L, -1, PLAN_DELIVERY_FROM, 1, plan, &sender, NULL, &why) != 0 ||
-                copy_field(L, -1, PLAN_DELIVERY_RETRY_LITERAL, 1, plan, &retry, NULL, &why) != 0)
+                copy_field(L, -1, PLAN_DELIVERY_RETRY_LITERAL, 1, plan, &retry, NULL, &why) != 0 ||
+                copy_field(L, -1, PLAN_DELIVERY_TIMING, 1, plan, &timing, NULL, &why) != 0)
                 goto fail;
             d = plan_add_delivery(plan);
             if (!d) {
@@ -681,6 +683,7 @@ static int append_plan(lua_State *L, size_t slot, crier_plan *plan, char *err, s
             d->html = html;
             d->sender = sender;
             d->retry = retry;
+            d->timing = timing;
             lua_getfield(L, -1, PLAN_DELIVERY_HONOR_PREFERENCES);
             d->honor_preferences = lua_isnil(L, -1) || lua_toboolean(L, -1);
             lua_pop(L, 1);
@@ -816,6 +819,36 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
                 crier_set_error(err, err_len, "out of memory while copying the plan");
                 result = CRIER_PLAN_RULE_ERROR;
             }
+        }
+    }
+    lua_settop(L, base);
+    return result;
+}
+
+crier_plan_status crier_rules_render_digest(crier_rules *rules, const char *input_json, size_t slot,
+                                            crier_plan *plan, char *err, size_t err_len)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    crier_plan_status result = CRIER_PLAN_OK;
+    plan_mark mark = plan_mark_take(plan);
+    int status;
+
+    push_method(rules, "render_digest");
+    lua_pushstring(L, input_json);
+    plan->next_cursor = NULL;
+    plan->limit_exceeded = false;
+    status = rules_pcall(L, 2, 4); /* plan | nil, err, code, detail */
+    if (status != 0) {
+        crier_set_error(err, err_len, "%s", lua_error_text(L, status));
+        result = CRIER_PLAN_RULE_ERROR;
+    } else if (lua_isnil(L, -4)) {
+        result = failure_status(L, err, err_len);
+    } else {
+        lua_pop(L, 3);
+        if (append_plan(L, slot, plan, err, err_len) != 0) {
+            plan_rollback(plan, mark);
+            result = CRIER_PLAN_RULE_ERROR;
         }
     }
     lua_settop(L, base);

@@ -46,6 +46,8 @@ typedef struct {
                             for the channel's default */
     bool honor_preferences; /* false when the event type is required or the rule ignores
                                preferences: the recipient's stored opt-outs do not apply */
+    const char *timing;  /* when and how many (delay, throttle, digest) as JSON text
+                            (lua/crier/timing.lua), or NULL: due at once */
 } crier_plan_delivery;
 
 /* One planned notification: one recipient of one event. */
@@ -111,6 +113,14 @@ const char *crier_rules_version(const crier_rules *rules);
  * On any status but OK nothing is appended and err holds the reason. */
 crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *ev,
                                    crier_plan *plan, char *err, size_t err_len);
+
+/* Renders the message of a digest whose window closed: input_json is what
+ * crier.fire_timers returns for it (its rule's event type, channel, recipient
+ * and items). Appends one recipient with one delivery to plan (slot as given).
+ * On any status but OK nothing is appended and err holds the reason
+ * (CRIER_PLAN_UNKNOWN_TYPE: the rule or its digest block is gone). */
+crier_plan_status crier_rules_render_digest(crier_rules *rules, const char *input_json, size_t slot,
+                                            crier_plan *plan, char *err, size_t err_len);
 
 /* Checks that event_type is declared and payload_json satisfies its schema
  * (used at intake). Returns CRIER_PLAN_OK or the failing status with err set. */

@@ -123,7 +123,8 @@ crier.rule "note" {
     kafka = { topic = "notes", body = function() return { ok = true } end },
     feed = { title = "t" },
 }
-crier.rule "urgent" { recipients = { "ann" }, channels = { "webhook" }, webhook = { url = "https://hooks.test/u" } }
+crier.rule "urgent" { recipients = { "ann" }, channels = { "webhook" },
+    webhook = { url = "https://hooks.test/u", throttle = { limit = 3, per = "1h" } } }
 crier.rule "wide" {
     recipients = crier.pages { query = page, page_size = 1 },
     channels = { "webhook" }, webhook = { url = "https://hooks.test/w" },

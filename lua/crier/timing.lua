@@ -1,0 +1,311 @@
+-- crier.timing: when and how many. The time fields of a sending channel block
+-- (webhook, email, kafka):
+--
+--   delay     = "10m"                      hold the delivery this long, then
+--   unless    = "read" | "seen"            (with delay) drop it if the same
+--                                          notification's feed item was read / seen
+--   cancel_on = { "invoice.paid" }         (with delay) drop it if an event of one of
+--                                          these types arrived for the same entity
+--   throttle  = { limit = 3, per = "1h", key = "builds" | function(event, recipient) }
+--                                          at most limit sends per recipient and key
+--                                          (default: the event type) in any period of
+--                                          per; the excess is suppressed, or joins the
+--                                          digest when the block has one
+--   digest    = { window = "1h" | every = "1h", key = ..., max_items = 50,
+--                 <the channel's content fields: subject, text, html / body> }
+--                                          collect the recipient's items under key
+--                                          (default: the event type) and send one
+--                                          message per window
+--
+-- check() validates the fields at load (problems through report, one per
+-- line), spec_for() turns them into the timing spec a planned delivery
+-- carries (JSON text, read by crier.apply_timing in SQL, sql/functions/), and
+-- digest_event() builds what a digest's templates see. The order in the
+-- engine: delay (and its conditions), then throttle, then digest.
+-- Pure Lua.
+
+local json = require "crier.json"
+
+local type, pairs, ipairs, tostring, tonumber, next, setmetatable =
+    type, pairs, ipairs, tostring, tonumber, next, setmetatable
+local format, match, find = string.format, string.match, string.find
+local concat, sort = table.concat, table.sort
+local floor = math.floor
+
+local timing = {}
+
+-- The time fields a sending channel block may have.
+timing.FIELDS = { delay = true, unless = true, cancel_on = true, throttle = true, digest = true }
+
+local units = { s = 1, m = 60, h = 3600, d = 86400 }
+local MAX_SECONDS = 366 * 86400
+
+-- timing.parse_duration(v): seconds from a number or a string like "90s",
+-- "10m", "2h", "1d" (1 second to 366 days). Returns seconds, or nil and what
+-- a valid value looks like.
+function timing.parse_duration(v)
+    local seconds
+    if type(v) == "number" then
+        seconds = v
+    elseif type(v) == "string" and #v <= 32 then
+        local n, unit = match(v, "^(%d+%.?%d*)([smhd]?)$")
+        if n then
+            seconds = tonumber(n) * units[unit ~= "" and unit or "s"]
+        end
+    end
+    if type(seconds) ~= "number" or seconds ~= seconds or seconds < 1 or seconds > MAX_SECONDS then
+        return nil, format("must be a duration from 1 second to 366 days (a number of seconds or a string like "
+            .. "\"10m\", \"2h\", \"1d\"), got %s", type(v) == "string" and format("%q", v) or tostring(v))
+    end
+    return floor(seconds + 0.5)
+end
+
+local function sorted_names(t)
+    local out = {}
+    for k in pairs(t) do
+        out[#out + 1] = tostring(k)
+    end
+    sort(out)
+    return concat(out, ", ")
+end
+
+-- Reports each key of t not in allowed.
+local function check_known(t, allowed, what, report)
+    local unknown = {}
+    for k in pairs(t) do
+        if not allowed[k] then
+            unknown[#unknown + 1] = tostring(k)
+        end
+    end
+    sort(unknown)
+    for _, k in ipairs(unknown) do
+        report(format("%s: unknown field '%s' (expected one of: %s)", what, k, sorted_names(allowed)))
+    end
+end
+
+local function is_positive_integer(v, max)
+    return type(v) == "number" and v == floor(v) and v >= 1 and v <= max
+end
+
+-- A key field: nil (the event type), a non-empty string, or a function(event, recipient).
+local function check_key(v, what, report)
+    if v ~= nil and not (type(v) == "string" and v ~= "") and type(v) ~= "function" then
+        report(what .. ".key must be a non-empty string or a function(event, recipient) returning one, got "
+            .. (type(v) == "string" and "\"\"" or type(v)))
+    end
+end
+
+-- The content fields a digest may override, per channel kind.
+timing.DIGEST_CONTENT = {
+    email = { subject = true, text = true, html = true, to = true, from = true },
+    webhook = { body = true, url = true, secret = true },
+    kafka = { body = true, topic = true },
+}
+
+-- timing.check(config, kind, report): validates the time fields of a channel
+-- block (config: the block as written; kind: its channel kind). Returns the
+-- checked spec to keep with the block ({ delay =, unless =, cancel_on =,
+-- throttle =, digest = } with durations in seconds), or nil when the block
+-- has no time fields. Problems go through report("<kind>.<field> ...").
+function timing.check(config, kind, report)
+    local spec, any = {}, false
+    local what = kind
+    if config.delay ~= nil then
+        any = true
+        local seconds, err = timing.parse_duration(config.delay)
+        if not seconds then
+            report(what .. ".delay " .. err)
+        end
+        spec.delay = seconds
+    end
+    if config.unless ~= nil then
+        any = true
+        if config.unless ~= "read" and config.unless ~= "seen" then
+            report(format("%s.unless must be \"read\" (drop the delayed delivery when the notification's feed "
+                .. "item was read) or \"seen\", got %s", what, type(config.unless) == "string"
+                and format("%q", config.unless) or tostring(config.unless)))
+        end
+        spec.unless = config.unless
+    end
+    if config.cancel_on ~= nil then
+        any = true
+        local list = config.cancel_on
+        if type(list) == "string" then
+            list = { list }
+        end
+        if type(list) ~= "table" or not (next(list) == nil or json.is_array(list)) or #list == 0 then
+            report(what .. ".cancel_on must be an event type name or a non-empty list of them, such as "
+                .. "{ \"invoice.paid\" }")
+        else
+            for i, name in ipairs(list) do
+                if type(name) ~= "string" or not find(name, "^[%w_%.%-]+$") or #name > 200 then
+                    report(format("%s.cancel_on[%d] must be an event type name (1-200 letters, digits, '.', '_' "
+                        .. "or '-'), got %s", what, i, type(name) == "string" and format("%q", name) or type(name)))
+                end
+            end
+            spec.cancel_on = list
+        end
+    end
+    if (spec.unless ~= nil or spec.cancel_on ~= nil) and config.delay == nil then
+        report(what .. ": unless and cancel_on are checked when a delay ends; add delay = \"10m\" (how long "
+            .. "to wait before deciding)")
+    end
+
+    local throttle = config.throttle
+    if throttle ~= nil then
+        any = true
+        if type(throttle) ~= "table" then
+            report(what .. ".throttle must be a table { limit = 3, per = \"1h\" }, got " .. type(throttle))
+        else
+            check_known(throttle, { limit = true, per = true, key = true }, what .. ".throttle", report)
+            if not is_positive_integer(throttle.limit, 1000000) then
+                report(what .. ".throttle.limit must be a whole number from 1 to 1000000 (sends per period), got "
+                    .. tostring(throttle.limit))
+            end
+            local per, err
+            if throttle.per == nil then
+                err = "is required (the period, such as \"1h\")"
+            else
+                per, err = timing.parse_duration(throttle.per)
+            end
+            if not per then
+                report(what .. ".throttle.per " .. err)
+            end
+            check_key(throttle.key, what .. ".throttle", report)
+            spec.throttle = { limit = throttle.limit, per = per, key = throttle.key }
+        end
+    end
+
+    local digest = config.digest
+    if digest ~= nil then
+        any = true
+        if type(digest) ~= "table" then
+            report(what .. ".digest must be a table { window = \"1h\", ... }, got " .. type(digest))
+        else
+            local allowed = { window = true, every = true, key = true, max_items = true }
+            for k in pairs(timing.DIGEST_CONTENT[kind] or {}) do
+                allowed[k] = true
+            end
+            check_known(digest, allowed, what .. ".digest", report)
+            local d = { key = digest.key }
+            if (digest.window == nil) == (digest.every == nil) then
+                report(what .. ".digest needs window = \"1h\" (the first item opens a window of that length) or "
+                    .. "every = \"1h\" (fixed windows: on the hour, every hour, in UTC), not both")
+            else
+                local field = digest.window ~= nil and "window" or "every"
+                local seconds, err = timing.parse_duration(digest[field])
+                if not seconds then
+                    report(what .. ".digest." .. field .. " " .. err)
+                end
+                d[field] = seconds
+            end
+            if digest.max_items ~= nil and not is_positive_integer(digest.max_items, 10000) then
+                report(what .. ".digest.max_items must be a whole number from 1 to 10000 (a fuller window is sent "
+                    .. "at once), got " .. tostring(digest.max_items))
+            end
+            d.max_items = digest.max_items
+            check_key(digest.key, what .. ".digest", report)
+            spec.digest = d
+        end
+    end
+    return any and spec or nil
+end
+
+local function key_value(v, event, recipient, what, fail)
+    if v == nil then
+        return event.type
+    end
+    if type(v) == "function" then
+        v = v(event, recipient)
+        if type(v) == "number" then
+            v = json.format_number(v)
+        end
+        if type(v) ~= "string" or v == "" then
+            fail(format("%s.key returned %s; expected a non-empty string", what,
+                type(v) == "string" and "\"\"" or type(v)))
+        end
+    end
+    return v
+end
+
+-- timing.spec_for(spec, kind, event, recipient, fail): the JSON text of a
+-- planned delivery's timing (nil without time fields):
+--   { "delay": s, "unless": "read", "cancel_on": [...],
+--     "throttle": { "limit": n, "per": s, "key": "..." },
+--     "digest": { "key": "...", "window": s | "every": s, "max_items": n,
+--                 "recipient": { the recipient table } } }
+function timing.spec_for(spec, kind, event, recipient, fail)
+    if not spec then
+        return nil
+    end
+    local out = { delay = spec.delay, unless = spec.unless }
+    if spec.cancel_on then
+        out.cancel_on = setmetatable({}, json.array_mt)
+        for i, name in ipairs(spec.cancel_on) do
+            out.cancel_on[i] = name
+        end
+    end
+    if spec.throttle then
+        out.throttle = {
+            limit = spec.throttle.limit,
+            per = spec.throttle.per,
+            key = key_value(spec.throttle.key, event, recipient, kind .. ".throttle", fail),
+        }
+    end
+    if spec.digest then
+        out.digest = {
+            key = key_value(spec.digest.key, event, recipient, kind .. ".digest", fail),
+            window = spec.digest.window,
+            every = spec.digest.every,
+            max_items = spec.digest.max_items,
+            recipient = recipient,
+        }
+    end
+    local text, err = json.encode(out)
+    if not text then
+        fail(kind .. ": the recipient cannot be kept for the digest: " .. err)
+    end
+    return text
+end
+
+-- timing.digest_event(input): from what the engine hands over when a digest
+-- window closes (decoded JSON: { tenant, event_type, channel, recipient,
+-- digest = { key, window_start, window_end }, items = { { id, type,
+-- entity_id, payload, created_at }, ... } }), the event the digest's
+-- templates and functions see: the last item's event, with
+-- event.digest = { key, count, items, first, last, window_start,
+-- window_end } (items: events in arrival order, each with created_at).
+function timing.digest_event(input)
+    local items = setmetatable({}, json.array_mt)
+    for i, it in ipairs(input.items or {}) do
+        items[i] = {
+            id = it.id,
+            tenant = input.tenant,
+            type = it.type,
+            entity_id = it.entity_id,
+            payload = it.payload,
+            created_at = it.created_at,
+        }
+    end
+    local last = items[#items] or {}
+    local d = input.digest or {}
+    local digest = {
+        key = d.key,
+        count = #items,
+        items = items,
+        first = items[1],
+        last = items[#items],
+        window_start = d.window_start,
+        window_end = d.window_end,
+    }
+    return {
+        id = last.id,
+        tenant = input.tenant,
+        type = input.event_type,
+        entity_id = last.entity_id,
+        payload = last.payload,
+        digest = digest,
+    }
+end
+
+return timing

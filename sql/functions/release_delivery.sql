@@ -1,0 +1,59 @@
+-- release_delivery.sql — crier.release_delivery: what happens to a delivery once nothing
+-- holds it any more (at fan-out, or when its delay ended and its conditions passed), by
+-- its timing (lua/crier/timing.lua): a throttle lets it go now if fewer than limit sends
+-- of the same throttle key went out in the last period, else suppresses it with the
+-- reason — or, when it also has a digest, lets it join the digest; a digest collects it
+-- (crier.digest_join); otherwise it is due now. The throttle key's count is serialised by
+-- a transaction-level advisory lock, so concurrent workers and rows of one batch count
+-- exactly. Returns 'pending', 'throttled' or 'digested'.
+CREATE OR REPLACE FUNCTION crier.release_delivery(p_id bigint) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    d record;
+    v_throttle jsonb;
+    v_digest jsonb;
+    v_key uuid;
+    v_now timestamptz;
+    v_sent integer;
+    v_digest_id bigint;
+BEGIN
+    SELECT dl.id, dl.tenant, dl.channel, dl.timing, n.recipient_id, n.event_type INTO d
+    FROM crier.deliveries dl JOIN crier.notifications n ON n.id = dl.notification_id
+    WHERE dl.id = p_id;
+    v_throttle := d.timing->'throttle';
+    v_digest := d.timing->'digest';
+    IF v_throttle IS NOT NULL THEN
+        v_key := crier.timer_key(ARRAY['throttle', d.tenant, d.recipient_id, d.channel, v_throttle->>'key']);
+        -- (the two-integer advisory lock space: apart from the fan-out's bigint event locks)
+        PERFORM pg_advisory_xact_lock(1953, hashtext(v_key::text));
+        v_now := clock_timestamp();
+        DELETE FROM crier.throttle_hits
+        WHERE key = v_key AND at <= v_now - make_interval(secs => (v_throttle->>'per')::double precision);
+        SELECT count(*) INTO v_sent FROM crier.throttle_hits WHERE key = v_key;
+        IF v_sent < (v_throttle->>'limit')::integer THEN
+            INSERT INTO crier.throttle_hits (key, at, delivery_id) VALUES (v_key, v_now, p_id);
+            UPDATE crier.deliveries SET state = 'pending', due_at = now() WHERE id = p_id;
+            RETURN 'pending';
+        END IF;
+        IF v_digest IS NULL THEN
+            UPDATE crier.deliveries SET state = 'suppressed',
+                last_error = format('throttled: %s %s already sent to %s for throttle key %s in the last %s s '
+                                    || '(throttle = { limit = %s, per = %s s })',
+                                    v_sent, d.channel, d.recipient_id, v_throttle->>'key', v_throttle->>'per',
+                                    v_throttle->>'limit', v_throttle->>'per')
+            WHERE id = p_id;
+            RETURN 'throttled';
+        END IF;
+    END IF;
+    IF v_digest IS NOT NULL THEN
+        v_digest_id := crier.digest_join(d.tenant, d.recipient_id, d.channel, v_digest->>'key', d.event_type,
+                                         (v_digest->>'window')::double precision,
+                                         (v_digest->>'every')::double precision,
+                                         (v_digest->>'max_items')::integer);
+        UPDATE crier.deliveries SET state = 'digested', digest_id = v_digest_id WHERE id = p_id;
+        RETURN 'digested';
+    END IF;
+    UPDATE crier.deliveries SET state = 'pending', due_at = now() WHERE id = p_id;
+    RETURN 'pending';
+END
+$$;
