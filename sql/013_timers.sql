@@ -45,8 +45,9 @@ CREATE TABLE crier.digests (
     window_end      timestamptz NOT NULL,
     max_items       integer,
     items           integer     NOT NULL DEFAULT 0,
-    -- open: items join; full: max_items reached, flushed at once; sent: flushed
-    state           text        NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'full', 'sent')),
+    -- open: items join; closed: no more items (max_items reached, or an item came after
+    -- window_end while the flush had not run yet), its timer due; sent: flushed
+    state           text        NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'closed', 'sent')),
     notification_id bigint,     -- the digest's own notification, once sent
     created_at      timestamptz NOT NULL DEFAULT now(),
     sent_at         timestamptz,

@@ -491,7 +491,7 @@ CREATE TABLE crier.digests (
     notification_id bigint,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     sent_at timestamp with time zone,
-    CONSTRAINT digests_state_check CHECK ((state = ANY (ARRAY['open'::text, 'full'::text, 'sent'::text])))
+    CONSTRAINT digests_state_check CHECK ((state = ANY (ARRAY['open'::text, 'closed'::text, 'sent'::text])))
 );
 
 --

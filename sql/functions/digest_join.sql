@@ -3,7 +3,8 @@
 -- new one (the first item opens it: window = p_window seconds from now; or the fixed
 -- window of p_every seconds, aligned to the Unix epoch, that contains now — never one
 -- that already had a digest). Reaching p_max_items closes the window and makes its timer
--- due at once. Concurrent joiners meet on the unique index of open windows: the loser of
+-- due at once; an open window whose end has passed (its flush has not run yet) is closed
+-- and the item opens the next one, so a window holds exactly the items that arrived in it. Concurrent joiners meet on the unique index of open windows: the loser of
 -- an insert race joins the winner's window. A window being flushed holds its row lock
 -- until the flush commits; the item then opens the next window. Returns the digest's id.
 CREATE OR REPLACE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel text, p_key text,
@@ -20,13 +21,17 @@ DECLARE
     v_end timestamptz;
 BEGIN
     LOOP
-        SELECT id, items INTO v_id, v_items FROM crier.digests
+        SELECT id, items, window_end INTO v_id, v_items, v_end FROM crier.digests
         WHERE tenant = p_tenant AND recipient_id = p_recipient AND channel = p_channel AND digest_key = p_key
           AND state = 'open'
         FOR UPDATE;
-        IF FOUND THEN
+        IF FOUND AND v_end <= clock_timestamp() THEN
+            -- its window is over (the flush has not run yet): closed; the item opens the next one
+            UPDATE crier.digests SET state = 'closed' WHERE id = v_id;
+            CONTINUE;
+        ELSIF FOUND THEN
             IF p_max_items IS NOT NULL AND v_items + 1 >= p_max_items THEN
-                UPDATE crier.digests SET items = items + 1, state = 'full' WHERE id = v_id;
+                UPDATE crier.digests SET items = items + 1, state = 'closed' WHERE id = v_id;
                 UPDATE crier.timers SET due_at = least(due_at, clock_timestamp())
                 WHERE digest_id = v_id AND state = 'pending';
             ELSE
@@ -54,7 +59,7 @@ BEGIN
         INSERT INTO crier.digests (tenant, recipient_id, channel, digest_key, event_type, window_start, window_end,
                                    max_items, items, state)
         VALUES (p_tenant, p_recipient, p_channel, p_key, p_event_type, v_start, v_end, p_max_items, 1,
-                CASE WHEN p_max_items IS NOT NULL AND p_max_items <= 1 THEN 'full' ELSE 'open' END)
+                CASE WHEN p_max_items IS NOT NULL AND p_max_items <= 1 THEN 'closed' ELSE 'open' END)
         ON CONFLICT DO NOTHING
         RETURNING id INTO v_id;
         IF v_id IS NOT NULL THEN

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct crier_pg {
     struct ev_loop *loop;
@@ -124,7 +125,13 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 
 static int pg_open(crier_pg *pg, char *err, size_t err_len)
 {
-    pg->conn = PQconnectdb(pg->conninfo);
+    /* pg_stat_activity names the worker and its connection ("crier timers 4242"),
+     * unless the connection string sets application_name itself */
+    char app[96];
+    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *values[] = {pg->conninfo, app, NULL};
+    snprintf(app, sizeof app, "crier %s %d", pg->name, (int)getpid());
+    pg->conn = PQconnectdbParams(keys, values, 1);
     if (PQstatus(pg->conn) != CONNECTION_OK) {
         snprintf(err, err_len, "cannot connect to the database: %s", PQerrorMessage(pg->conn));
         PQfinish(pg->conn);
