@@ -6,7 +6,7 @@
  * crier.rules_status.
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: delivery, fanout, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
+ * Calls into: delivery, fanout, timers, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
  */
 #ifndef CRIER_ENGINE_H
 #define CRIER_ENGINE_H
