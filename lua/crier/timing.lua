@@ -308,4 +308,97 @@ function timing.digest_event(input)
     }
 end
 
+-- The words for a number of seconds: "90 s" -> "1 min 30 s", 3600 -> "1 h".
+local function duration_words(seconds)
+    seconds = floor(tonumber(seconds) or 0)
+    local out = {}
+    for _, u in ipairs({ { 86400, "d" }, { 3600, "h" }, { 60, "min" }, { 1, "s" } }) do
+        if seconds >= u[1] then
+            out[#out + 1] = format("%d %s", floor(seconds / u[1]), u[2])
+            seconds = seconds % u[1]
+        end
+    end
+    return #out > 0 and concat(out, " ") or "0 s"
+end
+
+local function or_list(list)
+    local names = {}
+    for i, name in ipairs(list) do
+        names[i] = tostring(name)
+    end
+    return concat(names, " or ")
+end
+
+-- timing.describe(timing_json): a planned delivery's timing (the JSON text of
+-- timing.spec_for) in words, for people (crier try), in the engine's order:
+-- the delay and what drops the delivery when it ends, then the throttle,
+-- then the digest it joins, e.g.
+--   "held 10 min, then dropped if the feed item was read by then; otherwise sent"
+--   "at most 3 per 1 h for throttle key build.failed (the excess is suppressed)"
+--   "joins digest comment.created for alice, a window of 1 h from its first item, at most 50 items"
+-- Returns the text, or nil and why when the JSON is not a timing; a
+-- non-string argument is a usage error.
+function timing.describe(timing_json)
+    if type(timing_json) ~= "string" then
+        error("timing.describe: expected the timing's JSON text, got " .. type(timing_json), 2)
+    end
+    local t, err = json.decode(timing_json)
+    if type(t) ~= "table" or json.is_array(t) then
+        return nil, "timing.describe: not a timing object: " .. tostring(err or timing_json)
+    end
+    local delay, throttle, digest = t.delay, t.throttle, t.digest
+    if type(throttle) ~= "table" then
+        throttle = nil
+    end
+    if type(digest) ~= "table" then
+        digest = nil
+    end
+
+    local rest -- what happens after the delay: throttle and/or digest
+    if digest then
+        local recipient = type(digest.recipient) == "table" and digest.recipient.id
+        local words = { format("joins digest %s%s", tostring(digest.key),
+            recipient ~= nil and recipient ~= json.null and (" for " .. tostring(recipient)) or "") }
+        if digest.every then
+            words[#words + 1] = format("fixed windows of %s (aligned to the Unix epoch, UTC)",
+                duration_words(digest.every))
+        elseif digest.window then
+            words[#words + 1] = format("a window of %s from its first item", duration_words(digest.window))
+        end
+        if digest.max_items then
+            words[#words + 1] = format("at most %s items (a full window is sent at once)",
+                json.format_number(digest.max_items))
+        end
+        rest = concat(words, ", ")
+    end
+    if throttle then
+        local words = format("at most %s per %s for throttle key %s", json.format_number(throttle.limit or 0),
+            duration_words(throttle.per), tostring(throttle.key))
+        if rest then
+            rest = words .. "; the excess " .. rest
+        else
+            rest = words .. " (the excess is suppressed)"
+        end
+    end
+    if not delay then
+        return rest or "sent at once"
+    end
+
+    local conditions = {}
+    if t.unless == "read" then
+        conditions[#conditions + 1] = "the feed item was read"
+    elseif t.unless == "seen" then
+        conditions[#conditions + 1] = "the feed item was seen or read"
+    end
+    if type(t.cancel_on) == "table" and #t.cancel_on > 0 then
+        conditions[#conditions + 1] = or_list(t.cancel_on) .. " arrived for the same entity"
+    end
+    local words = "held " .. duration_words(delay)
+    if #conditions > 0 then
+        return format("%s, then dropped if %s by then; otherwise %s", words, concat(conditions, " or "),
+            rest or "sent")
+    end
+    return format("%s, then %s", words, rest or "sent")
+end
+
 return timing

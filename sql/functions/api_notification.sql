@@ -1,6 +1,10 @@
 -- api_notification.sql — crier.api_notification: a notification of p_tenant as JSON (GET
 -- /v1/notifications/{id}): its key, event, recipient, an overall status, its feed item,
--- and its deliveries with every attempt. NULL when the tenant has no such notification.
+-- and its deliveries with every attempt and the time decisions about them (docs/API.md):
+-- why a delivery waits and until when (held_because, held_until: a delay, or the digest it
+-- joined), the rule's delay and throttle, and the digest it joined — its window, and once
+-- sent the digest's own notification and its delivery's state. NULL when the tenant has no
+-- such notification.
 CREATE OR REPLACE FUNCTION crier.api_notification(p_tenant text, p_id bigint) RETURNS json
 LANGUAGE sql STABLE AS $$
     SELECT json_build_object(
@@ -15,6 +19,24 @@ LANGUAGE sql STABLE AS $$
             'due_at', CASE WHEN d.state IN ('pending', 'paused') THEN d.due_at END,
             'delivered_at', d.delivered_at, 'dead_at', d.dead_at, 'last_status', d.last_status,
             'last_error', d.last_error,
+            -- why it waits: a delay (until due_at), or the digest it joined (until the digest's timer)
+            'held_because', CASE d.state WHEN 'held' THEN 'delay' WHEN 'digested' THEN 'digest' END,
+            'held_until', CASE WHEN d.state = 'held' THEN d.due_at
+                               WHEN d.state = 'digested' AND g.state <> 'sent'
+                               THEN coalesce(gt.due_at, g.window_end) END,
+            'delay', CASE WHEN d.timing ? 'delay' THEN json_build_object(
+                         'seconds', (d.timing->>'delay')::numeric, 'unless', d.timing->>'unless',
+                         'cancel_on', d.timing->'cancel_on') END,
+            'throttle', CASE WHEN d.timing ? 'throttle' THEN json_build_object(
+                            'limit', (d.timing->'throttle'->>'limit')::numeric,
+                            'per_seconds', (d.timing->'throttle'->>'per')::numeric,
+                            'key', d.timing->'throttle'->>'key') END,
+            'digest', CASE WHEN g.id IS NOT NULL THEN json_build_object(
+                          'id', g.id, 'key', g.digest_key, 'state', g.state, 'items', g.items,
+                          'max_items', g.max_items, 'window_start', g.window_start, 'window_end', g.window_end,
+                          'sent_at', g.sent_at,
+                          'notification', CASE WHEN gn.id IS NOT NULL THEN json_build_object(
+                              'id', gn.id, 'key', gn.key, 'delivery_id', gd.id, 'state', gd.state) END) END,
             'attempt_log', (SELECT coalesce(json_agg(json_build_object(
                                 'number', a.attempt, 'started_at', a.started_at,
                                 'duration_ms', round(a.duration_ms::numeric, 3), 'outcome', a.outcome,
@@ -24,6 +46,10 @@ LANGUAGE sql STABLE AS $$
             ORDER BY d.id) FILTER (WHERE d.id IS NOT NULL), '[]'::json))
     FROM crier.notifications n
     LEFT JOIN crier.deliveries d ON d.notification_id = n.id
+    LEFT JOIN crier.digests g ON g.id = d.digest_id AND g.tenant = n.tenant
+    LEFT JOIN crier.timers gt ON gt.digest_id = g.id AND gt.state = 'pending'
+    LEFT JOIN crier.notifications gn ON gn.id = g.notification_id AND gn.tenant = n.tenant
+    LEFT JOIN crier.deliveries gd ON gd.notification_id = gn.id
     WHERE n.tenant = p_tenant AND n.id = p_id
     GROUP BY n.id
 $$;

@@ -164,10 +164,108 @@ static const char status_help[] =
     "usage: crier status [options]\n"
     "\n"
     "Prints the state of the outbox: events, notifications and deliveries by state,\n"
-    "paused and disabled endpoints, the oldest pending event's age, the rules version\n"
-    "each running crier serve uses (and its last rejected reload, with the problems\n"
-    "as file:line: message), and the latest dead letters (crier dead list shows all).\n"
+    "paused and disabled endpoints, the oldest pending event's age, the timers\n"
+    "(pending delays and digests with the earliest due time and how late it is, those\n"
+    "fired in the last hour, digests whose rendering keeps failing), the open digest\n"
+    "windows and the next to close, the rules version each running crier serve uses\n"
+    "(and its last rejected reload, with the problems as file:line: message), and the\n"
+    "latest dead letters (crier dead list shows all).\n"
     "\noptions:\n" CLI_COMMON_HELP;
+
+/* A timestamp in status lines: UTC, to the second, ISO 8601. */
+#define STATUS_TIME(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
+/* Prints "in N s" or "N s overdue" for a number of seconds until a due time. */
+static void status_print_due(const char *seconds_until)
+{
+    long long s = strtoll(seconds_until, NULL, 10);
+    if (s >= 0)
+        printf("in %lld s", s);
+    else
+        printf("%lld s overdue", -s);
+}
+
+/* Prints the timers section: pending timers by kind (the earliest due, how
+ * late), timers fired in the last hour, digest timers whose rendering keeps
+ * failing, open digest windows and the next to close (sql/013_timers.sql).
+ * Returns 0, or -1 after printing what failed. */
+static int status_timers(PGconn *conn)
+{
+    int rc = -1;
+    PGresult *res = PQexec(
+        conn, "SELECT k.kind, count(t.id), " STATUS_TIME("min(t.due_at)") ","
+              " floor(extract(epoch FROM min(t.due_at) - now()))::bigint"
+              " FROM (VALUES ('delay'), ('digest')) AS k(kind)"
+              " LEFT JOIN crier.timers t ON t.kind = k.kind AND t.state = 'pending'"
+              " GROUP BY k.kind ORDER BY k.kind");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        goto out;
+    for (int i = 0; i < PQntuples(res); i++) {
+        printf("timers.pending.%s: %s", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+        if (!PQgetisnull(res, i, 2)) {
+            printf(" (earliest due %s, ", PQgetvalue(res, i, 2));
+            status_print_due(PQgetvalue(res, i, 3));
+            putchar(')');
+        }
+        putchar('\n');
+    }
+    PQclear(res);
+    res = PQexec(conn, "SELECT count(*) FILTER (WHERE state = 'fired' AND fired_at > now() - interval '1 hour'),"
+                       " count(*) FILTER (WHERE state = 'fired' AND fired_at > now() - interval '1 hour'"
+                       "     AND kind = 'delay'),"
+                       " count(*) FILTER (WHERE state = 'fired' AND fired_at > now() - interval '1 hour'"
+                       "     AND kind = 'digest'),"
+                       " count(*) FILTER (WHERE state = 'pending' AND outcome LIKE 'render failed:%'),"
+                       " count(*) FILTER (WHERE state = 'dead')"
+                       " FROM crier.timers WHERE state <> 'pending' OR outcome IS NOT NULL");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        goto out;
+    printf("timers.fired_last_hour: %s (delay %s, digest %s)\n", PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+           PQgetvalue(res, 0, 2));
+    printf("timers.render_failing: %s\n", PQgetvalue(res, 0, 3));
+    if (strcmp(PQgetvalue(res, 0, 4), "0"))
+        printf("timers.dead: %s\n", PQgetvalue(res, 0, 4));
+    PQclear(res);
+    res = PQexec(conn, "SELECT t.id, t.digest_id, t.tenant, g.recipient_id, g.channel, g.digest_key, t.attempts,"
+                       " " STATUS_TIME("t.due_at") ", left(split_part(t.outcome, E'\\n', 1), 300)"
+                       " FROM crier.timers t LEFT JOIN crier.digests g ON g.id = t.digest_id"
+                       " WHERE t.state = 'pending' AND t.outcome LIKE 'render failed:%'"
+                       " ORDER BY t.attempts DESC, t.id LIMIT 5");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        goto out;
+    for (int i = 0; i < PQntuples(res); i++)
+        printf("timer %s (digest %s of %s for %s on %s, key %s): %s attempts, next at %s: %s\n",
+               PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
+               PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6), PQgetvalue(res, i, 7),
+               PQgetvalue(res, i, 8));
+    PQclear(res);
+    res = PQexec(conn, "SELECT c.open, c.full, g.id, g.tenant, g.recipient_id, g.channel, g.digest_key, g.items,"
+                       " " STATUS_TIME("g.window_end") ", floor(extract(epoch FROM g.window_end - now()))::bigint"
+                       " FROM (SELECT count(*) FILTER (WHERE state = 'open') AS open,"
+                       "           count(*) FILTER (WHERE state = 'full') AS full"
+                       "       FROM crier.digests WHERE state <> 'sent') c"
+                       " LEFT JOIN LATERAL (SELECT * FROM crier.digests WHERE state = 'open'"
+                       "     ORDER BY window_end, id LIMIT 1) g ON true");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        goto out;
+    printf("digests.open: %s", PQgetvalue(res, 0, 0));
+    if (!PQgetisnull(res, 0, 2)) {
+        printf(" (next to close: digest %s of %s for %s on %s, key %s, %s items, at %s, ", PQgetvalue(res, 0, 2),
+               PQgetvalue(res, 0, 3), PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 5), PQgetvalue(res, 0, 6),
+               PQgetvalue(res, 0, 7), PQgetvalue(res, 0, 8));
+        status_print_due(PQgetvalue(res, 0, 9));
+        putchar(')');
+    }
+    putchar('\n');
+    if (strcmp(PQgetvalue(res, 0, 1), "0"))
+        printf("digests.full: %s (max_items reached: sent at their timers' next pass)\n", PQgetvalue(res, 0, 1));
+    rc = 0;
+out:
+    if (rc < 0)
+        crier_cli_error("status", "timers: %s", PQresultErrorMessage(res));
+    PQclear(res);
+    return rc;
+}
 
 /* Prints the outbox's state from the database of conn. Returns the exit
  * status: 0, or 1 after printing what failed. */
@@ -193,6 +291,9 @@ static int status_print(PGconn *conn)
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
     PQclear(res);
+    res = NULL;
+    if (status_timers(conn) < 0)
+        goto out;
     res = PQexec(conn, "SELECT * FROM (SELECT 'event ' || id || ': ' || left(last_error, 200), processed_at"
                        "  FROM crier.events WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5) e"
                        " UNION ALL SELECT * FROM (SELECT 'delivery ' || id || ' (' || channel || '): '"

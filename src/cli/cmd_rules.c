@@ -58,8 +58,9 @@ static const char try_help[] =
     "       crier try --tenant T --type EVENT_TYPE --entity ID [--payload JSON] [options]\n"
     "\n"
     "Runs one event through the rules and prints the plan: recipients, channels,\n"
-    "notification keys, rendered subjects and bodies, retry schedules, and whether\n"
-    "stored preferences would suppress a delivery. Changes nothing: the rules'\n"
+    "notification keys, rendered subjects and bodies, retry schedules, whether\n"
+    "stored preferences would suppress a delivery, and its timing in words (delay,\n"
+    "throttle, digest). Changes nothing: the rules'\n"
     "queries (crier.query, crier.pages) run read-only in transactions that are\n"
     "rolled back. A database is used when one is configured (--database,\n"
     "CRIER_DATABASE_URL) or the embedded one exists; try never creates one. With\n"
@@ -189,9 +190,45 @@ static void try_preference(crier_rules_query *q, const try_event *ev, const char
     PQclear(res);
 }
 
-static void try_print_plan(const try_event *ev, const crier_plan *plan, const crier_rules *rules,
-                           crier_rules_query *q)
+/* The timing of a planned delivery (its JSON, crier_plan_delivery.timing) in
+ * words, by crier.timing.describe in *L (a plain Lua state with the crier
+ * library, opened on first use; the caller closes it). Writes the words, or
+ * the JSON with why it could not be described, into out. */
+static void try_timing_words(const crier_cli *cli, lua_State **L, const char *timing, char *out, size_t len)
 {
+    static const char chunk[] = "local timing = require 'crier.timing'\n"
+                                "return function(text) return timing.describe(text) end\n";
+    if (!*L) {
+        *L = luaL_newstate();
+        luaL_openlibs(*L);
+        lua_getglobal(*L, "package");
+        lua_pushfstring(*L, "%s/?.lua;%s/?/init.lua", cli->lua_dir, cli->lua_dir);
+        lua_setfield(*L, -2, "path");
+        lua_pop(*L, 1);
+        if (luaL_loadbuffer(*L, chunk, sizeof chunk - 1, "=try") != 0 || lua_pcall(*L, 0, 1, 0) != 0) {
+            snprintf(out, len, "%s (not described: %s)", timing, lua_tostring(*L, -1));
+            lua_close(*L);
+            *L = NULL;
+            return;
+        }
+        lua_setfield(*L, LUA_REGISTRYINDEX, "crier_try_describe");
+    }
+    lua_getfield(*L, LUA_REGISTRYINDEX, "crier_try_describe");
+    lua_pushstring(*L, timing);
+    if (lua_pcall(*L, 1, 2, 0) != 0)
+        snprintf(out, len, "%s (not described: %s)", timing, lua_tostring(*L, -1));
+    else if (!lua_isstring(*L, -2))
+        snprintf(out, len, "%s (not described: %s)", timing, lua_tostring(*L, -1));
+    else
+        snprintf(out, len, "%s", lua_tostring(*L, -2));
+    lua_settop(*L, 0);
+}
+
+static void try_print_plan(const crier_cli *cli, const try_event *ev, const crier_plan *plan,
+                           const crier_rules *rules, crier_rules_query *q)
+{
+    lua_State *words = NULL; /* for crier.timing.describe */
+    char timing[2048];
     char pref[600];
     char key[4096], uuid[CRIER_KEY_UUID_LEN + 1], id[CRIER_KEY_ID_LEN + 1];
     uint8_t h[CRIER_KEY_HASH_LEN];
@@ -229,8 +266,14 @@ static void try_print_plan(const try_event *ev, const crier_plan *plan, const cr
             try_preference(q, ev, r->recipient, pd, pref, sizeof pref);
             if (pref[0])
                 printf("    preferences: %s\n", pref);
+            if (pd->timing) {
+                try_timing_words(cli, &words, pd->timing, timing, sizeof timing);
+                printf("    timing: %s\n", timing);
+            }
         }
     }
+    if (words)
+        lua_close(words);
     if (plan->next_cursor)
         printf("\nmore recipients: this was one page of a paged audience; the next page starts after %s\n"
                "(add \"cursor\": \"%s\" to EVENT.json to see it)\n",
@@ -341,7 +384,7 @@ int crier_cmd_try(int argc, char **argv)
         crier_cli_error("try", "%s", err);
         goto out;
     }
-    try_print_plan(&ev, &plan, rules, ev.queries ? NULL : prefs);
+    try_print_plan(&cli, &ev, &plan, rules, ev.queries ? NULL : prefs);
     rc = 0;
 out:
     crier_rules_query_free(query);
