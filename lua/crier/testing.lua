@@ -989,6 +989,9 @@ Emitted.__index = Emitted
 local US = 1000000 -- microseconds per second
 local DEFAULT_START = "2026-01-01T00:00:00Z"
 local SENDING = { webhook = true, email = true, kafka = true }
+-- What emit takes (id and cursor only to refuse them with a reason).
+local EMIT_FIELDS = { type = true, tenant = true, entity_id = true, payload = true, payload_json = true,
+    dedupe_key = true, id = true, cursor = true }
 
 -- Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
 -- days_from_civil), and back: plain arithmetic, no os.time (local time).
@@ -1204,11 +1207,11 @@ function Rules:timeline(opts)
         events = {},          -- in id order
         events_by_dedupe = {}, -- tenant \0 dedupe key -> event
         notifications = {},   -- key_hash -> true: one notification per key
-        deliveries = {},      -- in id order
+        delivery_list = {},   -- in id order
         messages = {},        -- deliveries sent, in the order they were
         feed_items = {},      -- in id order
         feed_by_key = {},     -- notification key_hash -> its feed item
-        digests = {},         -- in id order
+        digest_list = {},     -- in id order
         open_digests = {},    -- window identity -> the open digest
         last_window_start = {}, -- window identity -> the latest window_start
         throttle_hits = {},   -- throttle identity -> times of the sends counted
@@ -1292,6 +1295,7 @@ local function digest_join(self, dl, spec)
     local full = spec.max_items ~= nil and spec.max_items <= 1
     g = {
         id = next_id(self, "digest"),
+        identity = identity,
         tenant = dl.tenant,
         recipient = dl.recipient,
         channel = dl.channel,
@@ -1306,7 +1310,7 @@ local function digest_join(self, dl, spec)
         items = { dl },
         state = full and "full" or "open",
     }
-    self.digests[#self.digests + 1] = g
+    self.digest_list[#self.digest_list + 1] = g
     self.last_window_start[identity] = start
     if not full then
         self.open_digests[identity] = g
@@ -1421,7 +1425,7 @@ local function new_delivery(self, view, fields)
     end
     dl.suppressed = nil -- (the plan's preference verdict: here state and reason say it)
     dl.id = next_id(self, "delivery")
-    self.deliveries[#self.deliveries + 1] = dl
+    self.delivery_list[#self.delivery_list + 1] = dl
     return dl
 end
 
@@ -1456,6 +1460,9 @@ local function fire_digest(self, timer)
     g.state = "sent"
     g.sent_at = format_time(self.clock)
     g.due = nil
+    if self.open_digests[g.identity] == g then
+        self.open_digests[g.identity] = nil -- the next item opens the next window
+    end
     if self.notifications[k.key_hash] then
         note(self, "digest %d for %s %s: its notification exists already; nothing sent", g.id, g.recipient, g.channel)
         return true
@@ -1621,6 +1628,10 @@ local function emit_fields(event)
     end
     local fields = {}
     for k, v in pairs(event) do
+        if not EMIT_FIELDS[k] then
+            return nil, format("unknown field '%s' (expected type, tenant, entity_id, payload, dedupe_key)",
+                tostring(k))
+        end
         fields[k] = v
     end
     if fields.payload_json ~= nil and fields.payload == nil and fields.id ~= nil then
@@ -1855,7 +1866,7 @@ end
 function Timeline:suppressed(recipient, channel)
     check_timeline(self, "suppressed")
     check_filter("suppressed", recipient, channel)
-    return select_deliveries(self.deliveries, recipient, channel, "suppressed")
+    return select_deliveries(self.delivery_list, recipient, channel, "suppressed")
 end
 
 -- sim:held([recipient[, channel]]): deliveries whose delay runs, in
@@ -1863,7 +1874,7 @@ end
 function Timeline:held(recipient, channel)
     check_timeline(self, "held")
     check_filter("held", recipient, channel)
-    return select_deliveries(self.deliveries, recipient, channel, "held")
+    return select_deliveries(self.delivery_list, recipient, channel, "held")
 end
 
 -- sim:deliveries([recipient[, channel]]): every delivery, in creation
@@ -1872,7 +1883,7 @@ end
 function Timeline:deliveries(recipient, channel)
     check_timeline(self, "deliveries")
     check_filter("deliveries", recipient, channel)
-    return select_deliveries(self.deliveries, recipient, channel)
+    return select_deliveries(self.delivery_list, recipient, channel)
 end
 
 -- sim:digests([recipient[, channel]]): the digest windows, in the order
@@ -1883,7 +1894,7 @@ end
 function Timeline:digests(recipient, channel)
     check_timeline(self, "digests")
     check_filter("digests", recipient, channel)
-    return select_deliveries(self.digests, recipient, channel)
+    return select_deliveries(self.digest_list, recipient, channel)
 end
 
 -- sim:feed(recipient): recipient's feed items, newest first (as the feed
@@ -1967,13 +1978,15 @@ end
 -- items marked; raises when there is none.
 function Timeline:mark_read(recipient, what)
     check_timeline(self, "mark_read")
-    return mark(self, "mark_read", recipient, what, "read")
+    local items = mark(self, "mark_read", recipient, what, "read")
+    return items -- (not a tail call: the error levels count this frame)
 end
 
 -- sim:mark_seen(recipient, what): marks them seen (not read).
 function Timeline:mark_seen(recipient, what)
     check_timeline(self, "mark_seen")
-    return mark(self, "mark_seen", recipient, what, "seen")
+    local items = mark(self, "mark_seen", recipient, what, "seen")
+    return items
 end
 
 local function mark_all(self, api, recipient, field)
@@ -1997,13 +2010,15 @@ end
 -- (items that arrive later are unread). Returns how many.
 function Timeline:mark_all_read(recipient)
     check_timeline(self, "mark_all_read")
-    return mark_all(self, "mark_all_read", recipient, "read")
+    local n = mark_all(self, "mark_all_read", recipient, "read")
+    return n
 end
 
 -- sim:mark_all_seen(recipient): marks every item in recipient's feed seen.
 function Timeline:mark_all_seen(recipient)
     check_timeline(self, "mark_all_seen")
-    return mark_all(self, "mark_all_seen", recipient, "seen")
+    local n = mark_all(self, "mark_all_seen", recipient, "seen")
+    return n
 end
 
 -- sim:log(): what happened so far, one line per decision ("<time>  alice
