@@ -4,8 +4,10 @@
 -- query rows and stored preferences, and look at the result: recipients in
 -- order, each notification's key and message id, deliveries with their bodies
 -- decoded (webhook and Kafka JSON) or rendered (email subject, text, html),
--- and whether a recipient's preferences would suppress a delivery. Pure Lua
--- (LuaJIT for the SHA-256 of keys and rules versions).
+-- and whether a recipient's preferences would suppress a delivery; and
+-- rules:timeline, the engine's time features (delay, unless, cancel_on,
+-- throttle, digest) on a clock the spec moves. Pure Lua (LuaJIT for the
+-- SHA-256 of keys and rules versions).
 --
 --   local testing = require "crier.testing"
 --   local rules = testing.load("examples/rules", { settings = { billing_webhook_url = "https://h.test/x" } })
@@ -14,6 +16,11 @@
 --   testing.assert_recipients(result, { "alice", "bob", "carol" })
 --   local hook = testing.assert_delivered(result, "alice", "webhook")
 --   assert.are.equal("inv_1", hook.body.invoice_id)
+--
+--   local sim = rules:timeline { start = "2026-01-05T09:00:00Z" }
+--   sim:emit { type = "comment.created", entity_id = "c1", payload = { ... } }
+--   sim:advance "61m"
+--   local sent = sim:sent("alice", "email")   -- what went out, in order
 --
 -- Misuse (bad arguments) raises error(msg, 2); a failing plan raises from
 -- rules:plan and returns nil, err, code from rules:try_plan. The file and
