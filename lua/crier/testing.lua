@@ -4,8 +4,10 @@
 -- query rows and stored preferences, and look at the result: recipients in
 -- order, each notification's key and message id, deliveries with their bodies
 -- decoded (webhook and Kafka JSON) or rendered (email subject, text, html),
--- and whether a recipient's preferences would suppress a delivery. Pure Lua
--- (LuaJIT for the SHA-256 of keys and rules versions).
+-- and whether a recipient's preferences would suppress a delivery; and
+-- rules:timeline, the engine's time features (delay, unless, cancel_on,
+-- throttle, digest) on a clock the spec moves. Pure Lua (LuaJIT for the
+-- SHA-256 of keys and rules versions).
 --
 --   local testing = require "crier.testing"
 --   local rules = testing.load("examples/rules", { settings = { billing_webhook_url = "https://h.test/x" } })
@@ -14,6 +16,11 @@
 --   testing.assert_recipients(result, { "alice", "bob", "carol" })
 --   local hook = testing.assert_delivered(result, "alice", "webhook")
 --   assert.are.equal("inv_1", hook.body.invoice_id)
+--
+--   local sim = rules:timeline { start = "2026-01-05T09:00:00Z" }
+--   sim:emit { type = "comment.created", entity_id = "c1", payload = { ... } }
+--   sim:advance "61m"
+--   local sent = sim:sent("alice", "email")   -- what went out, in order
 --
 -- Misuse (bad arguments) raises error(msg, 2); a failing plan raises from
 -- rules:plan and returns nil, err, code from rules:try_plan. The file and
@@ -24,6 +31,7 @@ local crier = require "crier"
 local json = require "crier.json"
 local runtime = require "crier.runtime"
 local nginx = require "crier.nginx"
+local timing = require "crier.timing"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, setmetatable, getmetatable, pcall, assert =
     type, pairs, ipairs, next, tostring, tonumber, error, setmetatable, getmetatable, pcall, assert
@@ -962,6 +970,1069 @@ function Result:delivered_to(channel)
         end
     end
     return out
+end
+
+---------------------------------------------------------------------------
+-- Time: a timeline with a controllable clock
+--
+-- rules:timeline { start = "2026-01-05T09:00:00Z" } simulates, without a
+-- database, what the engine does with a delivery's timing (delay, unless,
+-- cancel_on, throttle, digest; lua/crier/timing.lua) — the semantics of
+-- sql/functions/apply_timing.sql, release_delivery.sql, digest_join.sql,
+-- fire_delay.sql, fire_timers.sql and flush_digests.sql — on a clock that
+-- moves only when the spec says so. Content is the real planner's
+-- (rules:plan) and the real digest renderer's (gen:render_digest); only the
+-- timing is simulated. Times are kept in whole microseconds since the Unix
+-- epoch, as PostgreSQL keeps timestamptz.
+
+local Timeline = {}
+Timeline.__index = Timeline
+
+-- What emit returns: the event as stored (its metatable tells mark_read an
+-- event from a feed item or a delivery).
+local Emitted = {}
+Emitted.__index = Emitted
+
+local US = 1000000 -- microseconds per second
+local DEFAULT_START = "2026-01-01T00:00:00Z"
+local SENDING = { webhook = true, email = true, kafka = true }
+-- What emit takes (id and cursor only to refuse them with a reason).
+local EMIT_FIELDS = { type = true, tenant = true, entity_id = true, payload = true, payload_json = true,
+    dedupe_key = true, id = true, cursor = true }
+
+-- Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+-- days_from_civil), and back: plain arithmetic, no os.time (local time).
+local function days_from_civil(y, m, d)
+    if m <= 2 then
+        y = y - 1
+    end
+    local era = floor(y / 400)
+    local yoe = y - era * 400
+    local mp = (m + 9) % 12
+    local doy = floor((153 * mp + 2) / 5) + d - 1
+    local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+    return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+    z = z + 719468
+    local era = floor(z / 146097)
+    local doe = z - era * 146097
+    local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+    local mp = floor((5 * doy + 2) / 153)
+    local d = doy - floor((153 * mp + 2) / 5) + 1
+    local m = mp < 10 and mp + 3 or mp - 9
+    return yoe + era * 400 + (m <= 2 and 1 or 0), m, d
+end
+
+local MIN_TIME, MAX_TIME = 0, days_from_civil(10000, 1, 1) * 86400 * US - 1
+
+-- A time as microseconds: an ISO 8601 UTC string "2026-01-05T09:00:00Z"
+-- (optionally with a fraction of up to 6 digits) or a number of seconds
+-- since the epoch. Returns the microseconds, or nil and what is expected.
+local function parse_time(v)
+    local us
+    if type(v) == "number" then
+        if v == v and v >= 0 and v < MAX_TIME / US then
+            us = floor(v * US + 0.5)
+        end
+    elseif type(v) == "string" then
+        local y, mo, d, h, mi, s, frac = match(v, "^(%d%d%d%d)%-(%d%d)%-(%d%d)T(%d%d):(%d%d):(%d%d)%.?(%d*)Z$")
+        if y and #frac <= 6 and not (frac == "" and find(v, ".", 1, true)) then
+            y, mo, d, h, mi, s = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(s)
+            if mo >= 1 and mo <= 12 and d >= 1 and d <= 31 and h <= 23 and mi <= 59 and s <= 59 then
+                local days = days_from_civil(y, mo, d)
+                local cy, cm = civil_from_days(days)
+                if cy == y and cm == mo then -- (not 2026-02-30)
+                    us = ((days * 24 + h) * 60 + mi) * 60 + s
+                    us = us * US + (frac ~= "" and tonumber(frac .. sub("000000", #frac + 1)) or 0)
+                end
+            end
+        end
+    end
+    if not us or us < MIN_TIME or us > MAX_TIME then
+        return nil, "a UTC time like \"2026-01-05T09:00:00Z\" (or seconds since the Unix epoch), from 1970 to "
+            .. "9999, got " .. describe_value(v)
+    end
+    return us
+end
+
+-- The parts of a time: date and time of day as text, and the microseconds.
+local function time_parts(us)
+    local s = floor(us / US)
+    local frac = us - s * US
+    local days = floor(s / 86400)
+    local sod = s - days * 86400
+    local y, m, d = civil_from_days(days)
+    return format("%04d-%02d-%02d", y, m, d),
+        format("%02d:%02d:%02d", floor(sod / 3600), floor(sod / 60) % 60, sod % 60), frac
+end
+
+-- "2026-01-05T09:00:00Z", with the fraction (trailing zeros dropped) when
+-- there is one: what sim:now() and the records' times show.
+local function format_time(us)
+    local date, tod, frac = time_parts(us)
+    if frac == 0 then
+        return date .. "T" .. tod .. "Z"
+    end
+    return date .. "T" .. tod .. "." .. gsub(format("%06d", frac), "0+$", "") .. "Z"
+end
+
+-- to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'): whole seconds
+-- (a digest's window_start / window_end).
+local function format_time_seconds(us)
+    local date, tod = time_parts(us)
+    return date .. "T" .. tod .. "Z"
+end
+
+-- to_char(..., 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'): a digest's discriminator.
+local function format_time_us(us)
+    local date, tod, frac = time_parts(us)
+    return format("%sT%s.%06dZ", date, tod, frac)
+end
+
+-- A timestamptz in JSON (jsonb_build_object, session TimeZone UTC): a
+-- digest item's created_at, "2026-01-05T09:00:00+00:00".
+local function format_time_json(us)
+    local date, tod, frac = time_parts(us)
+    if frac == 0 then
+        return date .. "T" .. tod .. "+00:00"
+    end
+    return date .. "T" .. tod .. "." .. gsub(format("%06d", frac), "0+$", "") .. "+00:00"
+end
+
+-- A length of time in microseconds: seconds (a number >= 0) or a duration
+-- string ("90s", "10m", "2h", "1d"). Returns it, or nil and what is expected.
+local function parse_span(v)
+    if type(v) == "number" then
+        if v == v and v >= 0 and v <= MAX_TIME / US then
+            return floor(v * US + 0.5)
+        end
+    elseif type(v) == "string" then
+        local seconds = timing.parse_duration(v)
+        if seconds then
+            return seconds * US
+        end
+    end
+    return nil, "seconds (a number >= 0) or a duration like \"90s\", \"10m\", \"2h\", \"1d\", got "
+        .. describe_value(v)
+end
+
+-- crier.natural_key (sql/functions/natural_key.sql): an event's default dedupe key.
+local function natural_key(event_type, entity_id)
+    local function esc(s)
+        return (gsub(s, "[\\:]", "\\%0"))
+    end
+    return esc(event_type) .. ":" .. esc(entity_id)
+end
+
+local function check_timeline(self, api)
+    if getmetatable(self) ~= Timeline then
+        error(format("crier.testing: %s: call it as sim:%s(...) on what rules:timeline returned", api, api), 3)
+    end
+end
+
+-- Checks the (recipient, channel) filter of the listing methods; raises at
+-- the spec's line.
+local function check_filter(api, recipient, channel, allow_feed)
+    if recipient ~= nil and type(recipient) ~= "string" then
+        error(format("crier.testing: %s: recipient must be a recipient id (a string) or nil for everyone, got %s",
+            api, describe_value(recipient)), 3)
+    end
+    if channel == "feed" and not allow_feed then
+        error(format("crier.testing: %s: feed items are not sent; list them with sim:feed(recipient)", api), 3)
+    end
+    if channel ~= nil and not SENDING[channel] and not (allow_feed and channel == "feed") then
+        error(format("crier.testing: %s: channel must be \"webhook\", \"email\", \"kafka\" or nil for every "
+            .. "channel, got %s", api, describe_value(channel)), 3)
+    end
+end
+
+local function check_emit_opts(opts, api)
+    if opts == nil then
+        return {}
+    end
+    if type(opts) ~= "table" then
+        error(format("crier.testing: %s: opts must be a table { queries =, preferences = }, got %s", api,
+            type(opts)), 3)
+    end
+    for k in pairs(opts) do
+        if k ~= "queries" and k ~= "preferences" then
+            error(format("crier.testing: %s: unknown option '%s' (expected queries, preferences)", api,
+                tostring(k)), 3)
+        end
+    end
+    local ok, err = check_queries("opts", opts.queries)
+    if ok then
+        ok, err = check_preferences("opts", opts.preferences)
+    end
+    if not ok then
+        error(format("crier.testing: %s: %s", api, err), 3)
+    end
+    return opts
+end
+
+-- rules:timeline(opts): a simulation of the engine's time features on a
+-- controllable clock. opts (optional): start (a UTC time "2026-01-05T09:00:00Z"
+-- or seconds since the epoch; default 2026-01-01T00:00:00Z), queries and
+-- preferences (as for rules:plan; they apply to every emit, and emit's own
+-- win per query name and per recipient). Returns the timeline (sim); see
+-- docs/RULES.md "Time: testing with a clock".
+function Rules:timeline(opts)
+    if getmetatable(self) ~= Rules then
+        misuse("timeline: call it as rules:timeline { start = \"2026-01-05T09:00:00Z\" }")
+    end
+    if opts ~= nil and type(opts) ~= "table" then
+        misuse("timeline: opts must be a table { start = \"2026-01-05T09:00:00Z\", queries =, preferences = }, got "
+            .. type(opts))
+    end
+    opts = opts or {}
+    for k in pairs(opts) do
+        if k ~= "start" and k ~= "queries" and k ~= "preferences" then
+            misuse(format("timeline: unknown option '%s' (expected start, queries, preferences)", tostring(k)))
+        end
+    end
+    local start, err = parse_time(opts.start == nil and DEFAULT_START or opts.start)
+    if not start then
+        misuse("timeline: start must be " .. err)
+    end
+    local ok
+    ok, err = check_queries("opts", opts.queries)
+    if ok then
+        ok, err = check_preferences("opts", opts.preferences)
+    end
+    if not ok then
+        misuse("timeline: " .. err)
+    end
+    return setmetatable({
+        rules = self,
+        queries = opts.queries,
+        preferences = opts.preferences,
+        clock = start,
+        last_id = { event = 0, delivery = 0, digest = 0, timer = 0, feed_item = 0 },
+        events = {},          -- in id order
+        events_by_dedupe = {}, -- tenant \0 dedupe key -> event
+        notifications = {},   -- key_hash -> true: one notification per key
+        delivery_list = {},   -- in id order
+        messages = {},        -- deliveries sent, in the order they were
+        feed_items = {},      -- in id order
+        feed_by_key = {},     -- notification key_hash -> its feed item
+        digest_list = {},     -- in id order
+        open_digests = {},    -- window identity -> the open digest
+        last_window_start = {}, -- window identity -> the latest window_start
+        throttle_hits = {},   -- throttle identity -> times of the sends counted
+        timers = {},          -- pending timers
+        lines = {},           -- sim:log()
+    }, Timeline)
+end
+
+local function next_id(self, what)
+    local n = self.last_id[what] + 1
+    self.last_id[what] = n
+    return n
+end
+
+local function note(self, fmt, ...)
+    self.lines[#self.lines + 1] = format_time(self.clock) .. "  " .. format(fmt, ...)
+end
+
+local function who(dl)
+    return format("%s %s", dl.recipient, dl.channel)
+end
+
+local function add_timer(self, kind, due, target)
+    local t = { id = next_id(self, "timer"), kind = kind, due = due, target = target, attempts = 0 }
+    self.timers[#self.timers + 1] = t
+    return t
+end
+
+-- The delivery goes out now (the engine: state pending, then sent).
+local function send(self, dl)
+    dl.state = "sent"
+    dl.at = format_time(self.clock)
+    dl.due = nil
+    self.messages[#self.messages + 1] = dl
+    note(self, "%s: sent%s", who(dl), dl.digest and format(" (digest %d, %d item(s))", dl.digest.id,
+        dl.digest.count) or "")
+end
+
+local function suppress(self, dl, reason)
+    dl.state = "suppressed"
+    dl.reason = reason
+    dl.at = format_time(self.clock)
+    dl.due = nil
+    note(self, "%s: suppressed: %s", who(dl), reason)
+end
+
+-- crier.digest_join: the window the item joins, or a new one.
+local function digest_join(self, dl, spec)
+    local identity = concat({ dl.tenant, dl.recipient, dl.channel, spec.key }, "\0")
+    local now = self.clock
+    local g = self.open_digests[identity]
+    if g then
+        g.count = g.count + 1
+        g.items[#g.items + 1] = dl
+        if spec.max_items and g.count >= spec.max_items then
+            g.state = "full"
+            self.open_digests[identity] = nil
+            if g.timer.due > now then
+                g.timer.due = now
+                g.due = format_time(now)
+            end
+        end
+        return g
+    end
+    local prev = self.last_window_start[identity]
+    local start, stop
+    if spec.every then
+        local every = spec.every * US
+        start = floor(now / every) * every
+        if prev and start <= prev then
+            start = prev + 1
+        end
+        stop = (floor(start / every) + 1) * every
+    else
+        start = now
+        if prev and start <= prev then
+            start = prev + 1
+        end
+        stop = start + spec.window * US
+    end
+    local full = spec.max_items ~= nil and spec.max_items <= 1
+    g = {
+        id = next_id(self, "digest"),
+        identity = identity,
+        tenant = dl.tenant,
+        recipient = dl.recipient,
+        channel = dl.channel,
+        key = spec.key,
+        event_type = dl.type, -- the rule whose digest block renders it: the first item's
+        start_us = start,
+        end_us = stop,
+        window_start = format_time_seconds(start),
+        window_end = format_time_seconds(stop),
+        max_items = spec.max_items,
+        count = 1,
+        items = { dl },
+        state = full and "full" or "open",
+    }
+    self.digest_list[#self.digest_list + 1] = g
+    self.last_window_start[identity] = start
+    if not full then
+        self.open_digests[identity] = g
+    end
+    g.timer = add_timer(self, "digest", full and now or stop, g)
+    g.due = format_time(g.timer.due)
+    return g
+end
+
+-- crier.release_delivery: throttle, then digest, else due now.
+local function release(self, dl)
+    local t = dl.timing
+    local throttle, digest = t.throttle, t.digest
+    if throttle then
+        local identity = concat({ dl.tenant, dl.recipient, dl.channel, throttle.key }, "\0")
+        local hits = self.throttle_hits[identity] or {}
+        local kept = {}
+        for _, at in ipairs(hits) do
+            if at > self.clock - throttle.per * US then
+                kept[#kept + 1] = at
+            end
+        end
+        self.throttle_hits[identity] = kept
+        if #kept < throttle.limit then
+            kept[#kept + 1] = self.clock
+            send(self, dl)
+            return "pending"
+        end
+        if not digest then
+            suppress(self, dl, format("throttled: %d %s already sent to %s for throttle key %s in the last %s s "
+                .. "(throttle = { limit = %s, per = %s s })", #kept, dl.channel, dl.recipient, throttle.key,
+                json.format_number(throttle.per), json.format_number(throttle.limit),
+                json.format_number(throttle.per)))
+            return "throttled"
+        end
+    end
+    if digest then
+        local g = digest_join(self, dl, digest)
+        dl.state = "digested"
+        dl.digest_id = g.id
+        dl.at = format_time(self.clock)
+        dl.due = nil
+        note(self, "%s: joined digest %d (key %s, %s to %s, %d item(s)%s)", who(dl), g.id, g.key, g.window_start,
+            g.window_end, g.count, g.state == "full" and ", full: sent at once" or "")
+        return "digested"
+    end
+    send(self, dl)
+    return "pending"
+end
+
+-- crier.fire_delay: the delay is over; the conditions drop it, or it is released.
+local function fire_delay(self, dl)
+    if dl.state ~= "held" then
+        return
+    end
+    local t, reason = dl.timing, nil
+    if t.unless ~= nil then
+        local item = self.feed_by_key[dl.key_hash]
+        if item and t.unless == "read" and item.read then
+            reason = "cancelled: the feed item was read within the delay (unless = \"read\")"
+        elseif item and t.unless == "seen" and (item.seen or item.read) then
+            reason = "cancelled: the feed item was seen within the delay (unless = \"seen\")"
+        end
+    end
+    if reason == nil and t.cancel_on ~= nil then
+        local types = {}
+        for _, name in ipairs(t.cancel_on) do
+            types[name] = true
+        end
+        for _, e in ipairs(self.events) do
+            if e.id > dl.event_id and e.tenant == dl.tenant and e.entity_id == dl.entity_id and types[e.type] then
+                reason = format("cancelled: event %d (%s) arrived for %s within the delay (cancel_on)", e.id, e.type,
+                    dl.entity_id)
+                break
+            end
+        end
+    end
+    if reason then
+        suppress(self, dl, reason)
+    else
+        release(self, dl)
+    end
+end
+
+-- A digest's items as the engine hands them over: the JSON of crier.fire_timers' input.
+local function digest_input(g)
+    local items = {}
+    for i, dl in ipairs(g.items) do
+        items[i] = format("{\"created_at\":\"%s\",\"entity_id\":\"%s\",\"id\":%d,\"payload\":%s,\"type\":\"%s\"}",
+            format_time_json(dl.created_us), json.quote(dl.entity_id), dl.event_id, dl.payload_json,
+            json.quote(dl.type))
+    end
+    local last = g.items[#g.items]
+    local recipient = assert(json.encode(last.timing.digest.recipient or { id = g.recipient }))
+    local head = assert(json.encode({
+        tenant = g.tenant,
+        event_type = g.event_type,
+        channel = g.channel,
+        digest = { id = g.id, key = g.key, window_start = g.window_start, window_end = g.window_end },
+    }))
+    return sub(head, 1, -2) .. ",\"recipient\":" .. recipient .. ",\"items\":[" .. concat(items, ",") .. "]}"
+end
+
+-- A record of one delivery, from the plan's view of it (view_delivery).
+local function new_delivery(self, view, fields)
+    local dl = {}
+    for k, v in pairs(view) do
+        dl[k] = v
+    end
+    for k, v in pairs(fields) do
+        dl[k] = v
+    end
+    dl.suppressed = nil -- (the plan's preference verdict: here state and reason say it)
+    dl.id = next_id(self, "delivery")
+    self.delivery_list[#self.delivery_list + 1] = dl
+    return dl
+end
+
+-- The digest timer fired: render its message with the rules and send it
+-- (crier.fire_timers + crier.flush_digests). Returns true, or nil and the
+-- error (the timer is tried again after the engine's back-off).
+local function fire_digest(self, timer)
+    local g = timer.target
+    sort(g.items, function(a, b)
+        return a.id < b.id
+    end)
+    local last = g.items[#g.items]
+    local gen = self.rules.generation
+    gen:set_query_backend(fake_backend(merged(self.rules.queries, self.queries), {}))
+    local plan, err, code = gen:render_digest(digest_input(g))
+    gen:set_query_backend(nil)
+    if not plan then
+        local wait = math.min(300, 5 * 2 ^ timer.attempts)
+        timer.attempts = timer.attempts + 1
+        timer.due = self.clock + wait * US
+        self.timers[#self.timers + 1] = timer
+        g.due = format_time(timer.due)
+        note(self, "digest %d for %s %s: render failed (%s): %s", g.id, g.recipient, g.channel, tostring(code),
+            tostring(err))
+        return nil, format("crier.testing: the digest %d for %s on %s (key %s, %s to %s) failed to render (%s): %s\n"
+            .. "(the engine keeps its items and tries again in %d s; the clock stopped at %s)", g.id, g.recipient,
+            g.channel, g.key, g.window_start, g.window_end, tostring(code), tostring(err), wait,
+            format_time(self.clock))
+    end
+    local discriminator = "digest:" .. g.channel .. ":" .. format_time_us(g.start_us)
+    local k = testing.key(g.tenant, g.event_type, g.key, g.recipient, discriminator)
+    g.state = "sent"
+    g.sent_at = format_time(self.clock)
+    g.due = nil
+    if self.open_digests[g.identity] == g then
+        self.open_digests[g.identity] = nil -- the next item opens the next window
+    end
+    if self.notifications[k.key_hash] then
+        note(self, "digest %d for %s %s: its notification exists already; nothing sent", g.id, g.recipient, g.channel)
+        return true
+    end
+    self.notifications[k.key_hash] = true
+    local entry = { recipient = g.recipient, discriminator = discriminator, key = k.key, key_hash = k.key_hash,
+        message_id = k.message_id }
+    local view = view_delivery(plan[1].deliveries[1], entry, nil, nil)
+    local items = {}
+    for i, dl in ipairs(g.items) do
+        items[i] = { id = dl.event_id, type = dl.type, entity_id = dl.entity_id,
+            created_at = format_time(dl.created_us), delivery_id = dl.id }
+    end
+    local dl = new_delivery(self, view, {
+        tenant = g.tenant,
+        type = g.event_type,
+        entity_id = g.key,
+        event_id = last.event_id,
+        key_hash = k.key_hash,
+        digest = { id = g.id, key = g.key, count = #g.items, items = items, window_start = g.window_start,
+            window_end = g.window_end },
+    })
+    g.message = dl
+    send(self, dl)
+    return true
+end
+
+-- Fires every timer due up to stop_at (microseconds), earliest first (ties in
+-- creation order), moving the clock to each; then sets the clock to stop_at.
+-- Returns true, or nil and the error of a digest that failed to render (the
+-- clock stays at its time).
+local function run_timers(self, stop_at)
+    while true do
+        local best, at
+        for i, t in ipairs(self.timers) do
+            if t.due <= stop_at and (not best or t.due < best.due or (t.due == best.due and t.id < best.id)) then
+                best, at = t, i
+            end
+        end
+        if not best then
+            break
+        end
+        table.remove(self.timers, at)
+        if best.due > self.clock then
+            self.clock = best.due
+        end
+        if best.kind == "delay" then
+            fire_delay(self, best.target)
+        else
+            local ok, err = fire_digest(self, best)
+            if not ok then
+                return nil, err
+            end
+        end
+    end
+    if stop_at > self.clock then
+        self.clock = stop_at
+    end
+    return true
+end
+
+-- crier.apply_timing, for one batch: the deliveries with a timing, in
+-- (tenant, recipient, channel, throttle key, digest key, id) order; a delay
+-- holds one, the others are released.
+local function apply_timing(self, timed)
+    local function key_of(dl, what)
+        local t = dl.timing[what]
+        return t and t.key
+    end
+    local function before(x, y) -- nil (SQL NULL) sorts last
+        if x == y then
+            return nil
+        elseif x == nil then
+            return false
+        elseif y == nil then
+            return true
+        end
+        return x < y
+    end
+    sort(timed, function(a, b)
+        local r = before(a.tenant, b.tenant)
+        if r == nil then r = before(a.recipient, b.recipient) end
+        if r == nil then r = before(a.channel, b.channel) end
+        if r == nil then r = before(key_of(a, "throttle"), key_of(b, "throttle")) end
+        if r == nil then r = before(key_of(a, "digest"), key_of(b, "digest")) end
+        if r == nil then r = a.id < b.id end
+        return r
+    end)
+    for _, dl in ipairs(timed) do
+        if dl.timing.delay then
+            local due = self.clock + dl.timing.delay * US
+            dl.state = "held"
+            dl.due = format_time(due)
+            dl.at = format_time(self.clock)
+            add_timer(self, "delay", due, dl)
+            note(self, "%s: held until %s", who(dl), dl.due)
+        else
+            release(self, dl)
+        end
+    end
+end
+
+-- One batch: the new notifications of one page, written as the fan-out's
+-- statement writes them (feed items, deliveries: suppressed by preference,
+-- due now, or decided by their timing).
+local function write_batch(self, event, entries)
+    local timed = {}
+    for _, entry in ipairs(entries) do
+        for _, view in ipairs(entry.deliveries) do
+            if view.channel == "feed" then
+                if not view.suppressed then
+                    local item = {
+                        id = next_id(self, "feed_item"),
+                        tenant = event.tenant,
+                        recipient = entry.recipient,
+                        key = entry.key,
+                        key_hash = entry.key_hash,
+                        message_id = entry.message_id,
+                        event_id = event.id,
+                        type = event.type,
+                        entity_id = event.entity_id,
+                        content = view.content,
+                        read = false,
+                        seen = false,
+                        at = format_time(self.clock),
+                    }
+                    self.feed_items[#self.feed_items + 1] = item
+                    self.feed_by_key[entry.key_hash] = item
+                    note(self, "%s feed: item %d", entry.recipient, item.id)
+                end
+            else
+                local dl = new_delivery(self, view, {
+                    tenant = event.tenant,
+                    type = event.type,
+                    entity_id = event.entity_id,
+                    event_id = event.id,
+                    key_hash = entry.key_hash,
+                    payload_json = event.payload_json,
+                    created_us = self.clock,
+                    timing = view.plan.timing and assert(json.decode(view.plan.timing)),
+                })
+                if view.suppressed then
+                    local p = view.suppressed_by or {}
+                    suppress(self, dl, format("suppressed by the recipient's preference (event type %s, channel %s)",
+                        p.event_type or "*", p.channel or "*"))
+                elseif dl.timing then
+                    dl.state = "timing"
+                    timed[#timed + 1] = dl
+                else
+                    send(self, dl)
+                end
+            end
+        end
+    end
+    apply_timing(self, timed)
+end
+
+-- Checks emit's event and returns the fields for testing.event and the dedupe key.
+local function emit_fields(event)
+    if type(event) ~= "table" then
+        return nil, "the event must be a table { type =, tenant =, entity_id =, payload =, dedupe_key = }, got "
+            .. type(event)
+    end
+    local fields = {}
+    for k, v in pairs(event) do
+        if not EMIT_FIELDS[k] then
+            return nil, format("unknown field '%s' (expected type, tenant, entity_id, payload, dedupe_key)",
+                tostring(k))
+        end
+        fields[k] = v
+    end
+    if fields.payload_json ~= nil and fields.payload == nil and fields.id ~= nil then
+        fields.id = nil -- a testing.event: the timeline numbers it
+    end
+    if fields.id ~= nil then
+        return nil, "the timeline numbers events in emit order, as the database does: leave id out"
+    end
+    if fields.cursor ~= nil then
+        return nil, "the timeline plans every page of an audience at once: leave cursor out"
+    end
+    local dedupe_key = fields.dedupe_key
+    fields.dedupe_key = nil
+    if dedupe_key ~= nil and (type(dedupe_key) ~= "string" or dedupe_key == "" or #dedupe_key > 500) then
+        return nil, "dedupe_key must be a non-empty string of at most 500 characters (crier.emit's), got "
+            .. describe_value(dedupe_key)
+    end
+    if fields.tenant == "" or fields.entity_id == "" then
+        return nil, "tenant and entity_id must not be empty (crier.emit refuses them)"
+    end
+    local ok, err = pcall(testing.event, merged(fields, { id = 0 }))
+    if not ok then
+        return nil, (gsub(tostring(err), "^.-crier%.testing: event: ", ""))
+    end
+    return fields, dedupe_key
+end
+
+-- Emits one event at the clock's time. Returns the event record, or nil, err, code.
+local function emit(self, fields, dedupe_key, opts)
+    local ev = testing.event(merged(fields, { id = self.last_id.event + 1 }))
+    local valid, err, code = self.rules.generation:validate(ev.type, ev.payload_json)
+    if not valid then
+        return nil, err, code -- the intake refuses it
+    end
+    local identity = ev.tenant .. "\0" .. (dedupe_key or natural_key(ev.type, ev.entity_id))
+    local existing = self.events_by_dedupe[identity]
+    if existing then
+        note(self, "event %s %s: the same as event %d (dedupe key): nothing planned", ev.type, ev.entity_id,
+            existing.id)
+        return existing
+    end
+    local plan_opts = { queries = merged(self.queries, opts.queries), preferences = opts.preferences }
+    if plan_opts.preferences == nil then
+        plan_opts.preferences = self.preferences
+    elseif type(plan_opts.preferences) == "table" and type(self.preferences) == "table" then
+        plan_opts.preferences = merged(self.preferences, plan_opts.preferences)
+    end
+    local result, seen_cursors = nil, {}
+    local page_event = copy(ev)
+    repeat
+        result, err, code = self.rules:_plan(page_event, plan_opts, result)
+        if not result then
+            return nil, err, code
+        end
+        local cursor = result.next_cursor
+        if cursor ~= nil and (seen_cursors[cursor] or cursor == page_event.cursor) then
+            return nil, format("the cursor %q came back; the audience's query must return rows after the cursor, "
+                .. "ordered by it", cursor), "rule_error"
+        end
+        if cursor ~= nil then
+            seen_cursors[cursor] = true
+        end
+        page_event.cursor = cursor
+    until cursor == nil
+
+    next_id(self, "event")
+    local record = setmetatable({
+        id = ev.id,
+        tenant = ev.tenant,
+        type = ev.type,
+        entity_id = ev.entity_id,
+        payload = json.decode(ev.payload_json),
+        payload_json = ev.payload_json,
+        dedupe_key = dedupe_key or natural_key(ev.type, ev.entity_id),
+        at = format_time(self.clock),
+        result = result,
+        notifications = {},
+    }, Emitted)
+    self.events[#self.events + 1] = record
+    self.events_by_dedupe[identity] = record
+    note(self, "event %d %s %s", record.id, record.type, record.entity_id)
+    local pages = {}
+    for _, entry in ipairs(result.entries) do
+        if self.notifications[entry.key_hash] then
+            note(self, "%s: notification %s exists already: nothing new", entry.recipient, entry.key)
+        else
+            self.notifications[entry.key_hash] = true
+            record.notifications[#record.notifications + 1] = entry
+            local list = pages[entry.page]
+            if not list then
+                list = {}
+                pages[entry.page] = list
+            end
+            list[#list + 1] = entry
+        end
+    end
+    for page = 1, result.pages do
+        if pages[page] then
+            write_batch(self, record, pages[page])
+        end
+    end
+    return record
+end
+
+-- sim:emit(event[, opts]): emits an event now, as crier.emit would, and
+-- fans it out (every page): event is the fields of testing.event (type,
+-- tenant, entity_id, payload) plus an optional dedupe_key; ids are the
+-- timeline's, in emit order. opts: queries, preferences for this event.
+-- Returns the event record { id, tenant, type, entity_id, payload,
+-- dedupe_key, at, result (the plan), notifications (the new ones) } — the
+-- same record when its (tenant, dedupe key) was emitted before (by default
+-- the dedupe key is type:entity_id): the engine keeps one event and plans
+-- nothing again. Timers that come due now (a full digest) fire. A plan that
+-- fails raises "crier.testing: emit failed (<code>): <message>" and stores
+-- nothing, as the intake refuses the event.
+function Timeline:emit(event, opts)
+    check_timeline(self, "emit")
+    local fields, dedupe_key = emit_fields(event)
+    if not fields then
+        misuse("emit: " .. dedupe_key)
+    end
+    opts = check_emit_opts(opts, "emit")
+    local record, err, code = emit(self, fields, dedupe_key, opts)
+    if not record then
+        error(format("crier.testing: emit failed (%s): %s", tostring(code), tostring(err)), 2)
+    end
+    local ok
+    ok, err = run_timers(self, self.clock)
+    if not ok then
+        error(err, 2)
+    end
+    return record
+end
+
+-- sim:try_emit(event[, opts]): like emit, but a failing plan returns nil,
+-- err, code ("unknown_event_type", "invalid_payload", "rule_error") instead
+-- of raising.
+function Timeline:try_emit(event, opts)
+    check_timeline(self, "try_emit")
+    local fields, dedupe_key = emit_fields(event)
+    if not fields then
+        misuse("try_emit: " .. dedupe_key)
+    end
+    opts = check_emit_opts(opts, "try_emit")
+    local record, err, code = emit(self, fields, dedupe_key, opts)
+    if not record then
+        return nil, err, code
+    end
+    local ok
+    ok, err = run_timers(self, self.clock)
+    if not ok then
+        error(err, 2)
+    end
+    return record
+end
+
+-- sim:advance(span): moves the clock forward by span (seconds, or "90s",
+-- "10m", "2h", "1d"), firing every timer that comes due on the way at its
+-- own time, earliest first. Returns the new time (as sim:now()). A digest
+-- whose message fails to render raises, with the clock at that moment.
+function Timeline:advance(span)
+    check_timeline(self, "advance")
+    local us, err = parse_span(span)
+    if not us then
+        misuse("advance: expected " .. err)
+    end
+    if self.clock + us > MAX_TIME then
+        misuse("advance: that goes past the year 9999")
+    end
+    local ok
+    ok, err = run_timers(self, self.clock + us)
+    if not ok then
+        error(err, 2)
+    end
+    return format_time(self.clock)
+end
+
+-- sim:advance_to(time): moves the clock to time (a UTC time
+-- "2026-01-05T10:00:00Z" or seconds since the epoch; not before now), as
+-- advance does.
+function Timeline:advance_to(time)
+    check_timeline(self, "advance_to")
+    local us, err = parse_time(time)
+    if not us then
+        misuse("advance_to: expected " .. err)
+    end
+    if us < self.clock then
+        misuse(format("advance_to: %s is before the timeline's clock (%s); the clock only goes forward",
+            format_time(us), format_time(self.clock)))
+    end
+    local ok
+    ok, err = run_timers(self, us)
+    if not ok then
+        error(err, 2)
+    end
+    return format_time(self.clock)
+end
+
+-- sim:now(): the clock, "2026-01-05T09:00:00Z".
+function Timeline:now()
+    check_timeline(self, "now")
+    return format_time(self.clock)
+end
+
+local function select_deliveries(list, recipient, channel, state)
+    local out = {}
+    for _, dl in ipairs(list) do
+        if (recipient == nil or dl.recipient == recipient) and (channel == nil or dl.channel == channel)
+            and (state == nil or dl.state == state) then
+            out[#out + 1] = dl
+        end
+    end
+    return out
+end
+
+-- sim:sent([recipient[, channel]]): the messages that went out (to
+-- recipient, on channel; nil for all), in the order they went. Each is a
+-- delivery as rules:plan shows it (subject, text, html, body, url, topic,
+-- key, message_id, ...) with id, event_id, tenant, type, entity_id, state
+-- "sent", at (when), timing (the rule's, decoded) and, for a digest,
+-- digest = { id, key, count, items = { { id, type, entity_id, created_at,
+-- delivery_id } }, window_start, window_end }.
+function Timeline:sent(recipient, channel)
+    check_timeline(self, "sent")
+    check_filter("sent", recipient, channel)
+    return select_deliveries(self.messages, recipient, channel)
+end
+
+-- sim:suppressed([recipient[, channel]]): deliveries dropped, in delivery
+-- order, each with reason (the engine's last_error: "throttled: ...",
+-- "cancelled: ...", "suppressed by the recipient's preference ...").
+function Timeline:suppressed(recipient, channel)
+    check_timeline(self, "suppressed")
+    check_filter("suppressed", recipient, channel)
+    return select_deliveries(self.delivery_list, recipient, channel, "suppressed")
+end
+
+-- sim:held([recipient[, channel]]): deliveries whose delay runs, in
+-- delivery order, each with due (when the delay ends).
+function Timeline:held(recipient, channel)
+    check_timeline(self, "held")
+    check_filter("held", recipient, channel)
+    return select_deliveries(self.delivery_list, recipient, channel, "held")
+end
+
+-- sim:deliveries([recipient[, channel]]): every delivery, in creation
+-- order, with its state: "held", "sent", "suppressed" or "digested" (an
+-- item in the digest digest_id); digest messages are deliveries too.
+function Timeline:deliveries(recipient, channel)
+    check_timeline(self, "deliveries")
+    check_filter("deliveries", recipient, channel)
+    return select_deliveries(self.delivery_list, recipient, channel)
+end
+
+-- sim:digests([recipient[, channel]]): the digest windows, in the order
+-- they opened: { id, tenant, recipient, channel, key, event_type,
+-- window_start, window_end, max_items, count, items (the item deliveries),
+-- state ("open", "full" or "sent"), due (while not sent), sent_at, message
+-- (the sent delivery) }.
+function Timeline:digests(recipient, channel)
+    check_timeline(self, "digests")
+    check_filter("digests", recipient, channel)
+    return select_deliveries(self.digest_list, recipient, channel)
+end
+
+-- sim:feed(recipient): recipient's feed items, newest first (as the feed
+-- API lists them): { id, tenant, recipient, key, key_hash, message_id,
+-- event_id, type, entity_id, content (decoded: title, body, ...), read,
+-- seen, at }.
+function Timeline:feed(recipient)
+    check_timeline(self, "feed")
+    if type(recipient) ~= "string" then
+        misuse("feed: expected a recipient id (a string), got " .. describe_value(recipient))
+    end
+    local out = {}
+    for i = #self.feed_items, 1, -1 do
+        local item = self.feed_items[i]
+        if item.recipient == recipient then
+            out[#out + 1] = item
+        end
+    end
+    return out
+end
+
+-- The feed items of recipient that `what` names: an entity id (string), an
+-- event record (sim:emit's), or a feed item, delivery or plan entry (by
+-- its notification's key_hash). Raises at the spec's line when none.
+local function items_for(self, api, recipient, what)
+    if type(recipient) ~= "string" then
+        error(format("crier.testing: %s: expected a recipient id (a string), got %s", api,
+            describe_value(recipient)), 4)
+    end
+    local match_item
+    if type(what) == "string" then
+        match_item = function(item)
+            return item.entity_id == what
+        end
+    elseif getmetatable(what) == Emitted then
+        match_item = function(item)
+            return item.event_id == what.id
+        end
+    elseif type(what) == "table" and type(what.key_hash) == "string" then
+        match_item = function(item)
+            return item.key_hash == what.key_hash
+        end
+    else
+        error(format("crier.testing: %s: say which item: an entity id, the event sim:emit returned, or a feed "
+            .. "item, delivery or plan entry; got %s", api, describe_value(what)), 4)
+    end
+    local out = {}
+    for _, item in ipairs(self.feed_items) do
+        if item.recipient == recipient and match_item(item) then
+            out[#out + 1] = item
+        end
+    end
+    if #out == 0 then
+        local have = {}
+        for _, item in ipairs(self.feed_items) do
+            if item.recipient == recipient then
+                have[#have + 1] = item.key
+            end
+        end
+        error(format("crier.testing: %s: %s has no feed item for %s (the rule must route the feed channel, and "
+            .. "the recipient's preferences allow it); %s's feed: %s", api, describe_value(recipient),
+            type(what) == "string" and describe_value(what) or (what.key or ("event " .. tostring(what.id))),
+            recipient, #have > 0 and show_list(have) or "empty"), 4)
+    end
+    return out
+end
+
+local function mark(self, api, recipient, what, field)
+    local items = items_for(self, api, recipient, what)
+    for _, item in ipairs(items) do
+        item[field] = true
+        item.seen = true
+        note(self, "%s feed: item %d %s", recipient, item.id, field)
+    end
+    return items
+end
+
+-- sim:mark_read(recipient, what): marks recipient's feed items read (and
+-- seen), as the feed API does: what is an entity id, the event sim:emit
+-- returned, or a feed item / delivery (by its notification). Returns the
+-- items marked; raises when there is none.
+function Timeline:mark_read(recipient, what)
+    check_timeline(self, "mark_read")
+    local items = mark(self, "mark_read", recipient, what, "read")
+    return items -- (not a tail call: the error levels count this frame)
+end
+
+-- sim:mark_seen(recipient, what): marks them seen (not read).
+function Timeline:mark_seen(recipient, what)
+    check_timeline(self, "mark_seen")
+    local items = mark(self, "mark_seen", recipient, what, "seen")
+    return items
+end
+
+local function mark_all(self, api, recipient, field)
+    if type(recipient) ~= "string" then
+        error(format("crier.testing: %s: expected a recipient id (a string), got %s", api,
+            describe_value(recipient)), 3)
+    end
+    local n = 0
+    for _, item in ipairs(self.feed_items) do
+        if item.recipient == recipient then
+            item[field] = true
+            item.seen = true
+            n = n + 1
+        end
+    end
+    note(self, "%s feed: all %d item(s) %s", recipient, n, field)
+    return n
+end
+
+-- sim:mark_all_read(recipient): marks every item in recipient's feed read
+-- (items that arrive later are unread). Returns how many.
+function Timeline:mark_all_read(recipient)
+    check_timeline(self, "mark_all_read")
+    local n = mark_all(self, "mark_all_read", recipient, "read")
+    return n
+end
+
+-- sim:mark_all_seen(recipient): marks every item in recipient's feed seen.
+function Timeline:mark_all_seen(recipient)
+    check_timeline(self, "mark_all_seen")
+    local n = mark_all(self, "mark_all_seen", recipient, "seen")
+    return n
+end
+
+-- sim:log(): what happened so far, one line per decision ("<time>  alice
+-- email: held until ..."), for failure messages.
+function Timeline:log()
+    check_timeline(self, "log")
+    return concat(self.lines, "\n")
 end
 
 ---------------------------------------------------------------------------
