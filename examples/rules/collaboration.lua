@@ -127,7 +127,9 @@ crier.rule "build.failed" {
 }
 
 crier.rule "invoice.overdue" {
-    recipients = function(event) return { { id = event.payload.customer_email, email = event.payload.customer_email } } end,
+    recipients = function(event)
+        return { { id = event.payload.customer_email, email = event.payload.customer_email } }
+    end,
     channels = { "email" },
     email = {
         from = sender,

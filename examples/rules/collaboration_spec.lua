@@ -43,7 +43,8 @@ describe("collaboration example", function()
         local input = {
             tenant = "acme", event_type = "comment.created", channel = "email",
             recipient = { id = "bo", email = "bo@acme.test" },
-            digest = { key = "comments:p1", window_start = "2026-01-05T09:00:00Z", window_end = "2026-01-05T10:00:00Z" },
+            digest = { key = "comments:p1", window_start = "2026-01-05T09:00:00Z",
+                       window_end = "2026-01-05T10:00:00Z" },
             items = {
                 { id = 1, type = "comment.created", entity_id = "cm_1", payload = comment.payload },
                 { id = 2, type = "comment.created", entity_id = "cm_2",

@@ -1154,6 +1154,22 @@ function crier._check_template_paths(registry, rule)
     end
 end
 
+-- crier._check_cancel_on(registry, rule): used by crier.runtime once every
+-- file has loaded. A cancel_on naming a type no file declares would never
+-- cancel anything (a typo, most likely): reported at the rule's file:line.
+function crier._check_cancel_on(registry, rule)
+    for _, kind in ipairs(sorted_keys(rule.configs)) do
+        local t = rule.configs[kind].timing
+        for _, name in ipairs(t and t.cancel_on or {}) do
+            if type(name) == "string" and not registry.event_types[name] then
+                problem(registry, rule.where, format("rule '%s': %s.cancel_on names event type '%s', which no rule "
+                    .. "file declares: declare it with crier.event_type \"%s\" { ... } (no rule needed) or fix "
+                    .. "the name", rule.event_type, kind, name, name))
+            end
+        end
+    end
+end
+
 ---------------------------------------------------------------------------
 -- Settings
 

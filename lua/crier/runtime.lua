@@ -186,6 +186,7 @@ function runtime.new_generation(files, settings)
                 rule.where, name, name)
         else
             crier._check_template_paths(registry, rule)
+            crier._check_cancel_on(registry, rule)
         end
     end
     if #registry.problems > 0 then

@@ -1092,15 +1092,9 @@ local function format_time_us(us)
     return format("%sT%s.%06dZ", date, tod, frac)
 end
 
--- A timestamptz in JSON (jsonb_build_object, session TimeZone UTC): a
--- digest item's created_at, "2026-01-05T09:00:00+00:00".
-local function format_time_json(us)
-    local date, tod, frac = time_parts(us)
-    if frac == 0 then
-        return date .. "T" .. tod .. "+00:00"
-    end
-    return date .. "T" .. tod .. "." .. gsub(format("%06d", frac), "0+$", "") .. "+00:00"
-end
+-- A digest item's created_at, as crier.fire_timers writes it:
+-- "2026-01-05T09:00:00.000000Z".
+local format_time_json = format_time_us
 
 -- A length of time in microseconds: seconds (a number >= 0) or a duration
 -- string ("90s", "10m", "2h", "1d"). Returns it, or nil and what is expected.
@@ -1274,7 +1268,7 @@ local function digest_join(self, dl, spec)
         g.count = g.count + 1
         g.items[#g.items + 1] = dl
         if spec.max_items and g.count >= spec.max_items then
-            g.state = "full"
+            g.state = "closed"
             self.open_digests[identity] = nil
             if g.timer.due > now then
                 g.timer.due = now
@@ -1315,7 +1309,7 @@ local function digest_join(self, dl, spec)
         max_items = spec.max_items,
         count = 1,
         items = { dl },
-        state = full and "full" or "open",
+        state = full and "closed" or "open",
     }
     self.digest_list[#self.digest_list + 1] = g
     self.last_window_start[identity] = start
@@ -1361,7 +1355,7 @@ local function release(self, dl)
         dl.at = format_time(self.clock)
         dl.due = nil
         note(self, "%s: joined digest %d (key %s, %s to %s, %d item(s)%s)", who(dl), g.id, g.key, g.window_start,
-            g.window_end, g.count, g.state == "full" and ", full: sent at once" or "")
+            g.window_end, g.count, g.state == "closed" and ", closed: sent at once" or "")
         return "digested"
     end
     send(self, dl)
@@ -1896,7 +1890,7 @@ end
 -- sim:digests([recipient[, channel]]): the digest windows, in the order
 -- they opened: { id, tenant, recipient, channel, key, event_type,
 -- window_start, window_end, max_items, count, items (the item deliveries),
--- state ("open", "full" or "sent"), due (while not sent), sent_at, message
+-- state ("open", "closed" or "sent"), due (while not sent), sent_at, message
 -- (the sent delivery) }.
 function Timeline:digests(recipient, channel)
     check_timeline(self, "digests")

@@ -22,11 +22,15 @@ DECLARE
     v_recipient jsonb;
     v_last bigint;
 BEGIN
+    -- the delays first: a delayed delivery released into a digest joins it (or, past its
+    -- window's end, the next window) before the digest's items are gathered below
     FOR t IN
-        SELECT tm.id, tm.kind, tm.delivery_id, tm.digest_id FROM crier.timers tm
-        WHERE tm.state = 'pending' AND tm.due_at <= v_now
-        ORDER BY tm.due_at LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
+        SELECT c.* FROM (
+            SELECT tm.id, tm.kind, tm.delivery_id, tm.digest_id, tm.due_at FROM crier.timers tm
+            WHERE tm.state = 'pending' AND tm.due_at <= v_now
+            ORDER BY tm.due_at LIMIT p_limit
+            FOR UPDATE SKIP LOCKED) c
+        ORDER BY c.kind = 'digest', c.due_at
     LOOP
         timer_id := t.id; kind := t.kind; digest_id := t.digest_id;
         tenant := NULL; event_type := NULL; digest_key := NULL; recipient_id := NULL; channel := NULL;
@@ -56,8 +60,11 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
+        -- gathered: no item joins it any more in this transaction either
+        UPDATE crier.digests SET state = 'closed' WHERE id = g.id AND state = 'open';
         SELECT jsonb_agg(jsonb_build_object('id', e.id, 'type', e.event_type, 'entity_id', e.entity_id,
-                                            'payload', e.payload, 'created_at', n.created_at)
+                                            'payload', e.payload, 'created_at',
+                                            to_char(n.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
                          ORDER BY dl.id),
                (array_agg(dl.timing->'digest'->'recipient' ORDER BY dl.id DESC))[1],
                (array_agg(e.id ORDER BY dl.id DESC))[1]
@@ -66,6 +73,17 @@ BEGIN
         JOIN crier.notifications n ON n.id = dl.notification_id
         JOIN crier.events e ON e.id = n.event_id
         WHERE dl.digest_id = g.id AND dl.state = 'digested';
+        IF v_items IS NULL THEN
+            -- (only a hand-made window can have no items: nothing to send)
+            UPDATE crier.digests SET state = 'sent', sent_at = clock_timestamp() WHERE id = g.id;
+            UPDATE crier.timers SET state = 'fired', fired_at = clock_timestamp(),
+                outcome = 'nothing to do: the digest has no items'
+            WHERE id = t.id;
+            kind := 'delay'; -- (fired in place)
+            outcome := 'nothing to do: the digest has no items';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         tenant := g.tenant; event_type := g.event_type; digest_key := g.digest_key;
         recipient_id := g.recipient_id; channel := g.channel; last_event_id := v_last;
         discriminator := 'digest:' || g.channel || ':'

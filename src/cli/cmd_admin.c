@@ -239,10 +239,10 @@ static int status_timers(PGconn *conn)
                PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), PQgetvalue(res, i, 6), PQgetvalue(res, i, 7),
                PQgetvalue(res, i, 8));
     PQclear(res);
-    res = PQexec(conn, "SELECT c.open, c.full, g.id, g.tenant, g.recipient_id, g.channel, g.digest_key, g.items,"
+    res = PQexec(conn, "SELECT c.open, c.closed, g.id, g.tenant, g.recipient_id, g.channel, g.digest_key, g.items,"
                        " " STATUS_TIME("g.window_end") ", floor(extract(epoch FROM g.window_end - now()))::bigint"
                        " FROM (SELECT count(*) FILTER (WHERE state = 'open') AS open,"
-                       "           count(*) FILTER (WHERE state = 'full') AS full"
+                       "           count(*) FILTER (WHERE state = 'closed') AS closed"
                        "       FROM crier.digests WHERE state <> 'sent') c"
                        " LEFT JOIN LATERAL (SELECT * FROM crier.digests WHERE state = 'open'"
                        "     ORDER BY window_end, id LIMIT 1) g ON true");
@@ -258,7 +258,9 @@ static int status_timers(PGconn *conn)
     }
     putchar('\n');
     if (strcmp(PQgetvalue(res, 0, 1), "0"))
-        printf("digests.full: %s (max_items reached: sent at their timers' next pass)\n", PQgetvalue(res, 0, 1));
+        printf("digests.closed: %s (no more items: max_items reached or the window ended; sent at their "
+               "timers' next pass)\n",
+               PQgetvalue(res, 0, 1));
     rc = 0;
 out:
     if (rc < 0)

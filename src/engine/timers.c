@@ -11,6 +11,7 @@
 #include "timers.h"
 
 #include "alloc.h"
+#include "clock.h"
 #include "keys.h"
 #include "log.h"
 #include "pg_array.h"
@@ -25,6 +26,10 @@
 #define TIMERS_MAX_SLEEP 30.0
 /* How soon a digest that an item held locked is tried again. */
 #define TIMERS_BUSY_RETRY 0.05
+/* Wall seconds of digest rendering per pass (on the main loop, beside the
+ * fast lane): the digests not rendered by then are left for the next pass,
+ * which starts at once. */
+#define TIMERS_RENDER_BUDGET 0.5
 
 typedef enum {
     TIMERS_IDLE = 0,
@@ -107,6 +112,9 @@ struct crier_timers {
     char limit_text[24];
     int pass_rows;
     bool pass_busy;
+    bool pass_more;     /* digests were left for the next pass (the render budget) */
+    uint64_t pass_sent; /* digests rendered in this pass (sent once it commits) */
+    uint64_t pass_delays; /* timers fired in place (delays) in this pass */
     uint64_t pass_due; /* deliveries made due by this pass */
     crier_timers_stats stats;
 };
@@ -203,6 +211,7 @@ static void timers_add_digest(crier_timers *t, PGresult *res, int i)
         crier_pg_array_add_str(&c[FLUSH_ERROR], err);
         return;
     }
+    t->pass_sent++;
     const crier_plan_delivery *d = &t->plan.deliveries[0];
     crier_pg_array_add_str(&c[FLUSH_TARGET], d->target);
     crier_pg_array_add_text(&c[FLUSH_BODY], d->body, d->body_len);
@@ -212,7 +221,6 @@ static void timers_add_digest(crier_timers *t, PGresult *res, int i)
     crier_pg_array_add_str(&c[FLUSH_SENDER], d->sender);
     crier_pg_array_add_str(&c[FLUSH_RETRY], d->retry);
     crier_pg_array_add_null(&c[FLUSH_ERROR]);
-    t->stats.digests_sent++;
 }
 
 static void timers_on_fire(crier_timers *t, PGresult *res)
@@ -227,9 +235,13 @@ static void timers_on_fire(crier_timers *t, PGresult *res)
     };
     int n = PQntuples(res);
     size_t digests = 0;
+    double started = crier_clock_s();
 
     t->pass_rows = n;
     t->pass_busy = false;
+    t->pass_more = false;
+    t->pass_sent = 0;
+    t->pass_delays = 0;
     for (int i = 0; i < N_FLUSH_PARAMS; i++)
         if (types[i])
             crier_pg_array_begin(&t->cols[i], types[i]);
@@ -238,10 +250,14 @@ static void timers_on_fire(crier_timers *t, PGresult *res)
         if (!strcmp(kind, "busy")) {
             t->pass_busy = true;
         } else if (!strcmp(kind, "digest")) {
+            if (digests > 0 && crier_clock_s() - started > TIMERS_RENDER_BUDGET) {
+                t->pass_more = true; /* its timer stays pending: the next pass renders it */
+                continue;
+            }
             timers_add_digest(t, res, i);
             digests++;
         } else {
-            t->stats.fired++;
+            t->pass_delays++;
             if (!strcmp(PQgetvalue(res, i, FIRE_OUTCOME), "pending"))
                 t->pass_due++;
             crier_debug("timers", "timer %s (delay): %s", PQgetvalue(res, i, FIRE_TIMER_ID),
@@ -315,17 +331,18 @@ static void timers_result(void *ud, PGresult *res, const char *err)
         break;
     case TIMERS_FLUSH:
         t->pass_due += strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-        t->stats.fired += t->cols[FLUSH_TIMER_ID].count;
         timers_send(t, TIMERS_COMMIT, "COMMIT", NULL);
         break;
     case TIMERS_COMMIT:
         t->state = TIMERS_IDLE;
         if (t->pass_rows > 0)
             t->stats.passes++;
+        t->stats.digests_sent += t->pass_sent;
+        t->stats.fired += t->pass_sent + t->pass_delays;
         if (t->pass_due && t->committed)
             t->committed(t->committed_ud, t->pass_due);
         t->pass_due = 0;
-        if (t->pass_rows >= t->batch_size) {
+        if (t->pass_rows >= t->batch_size || t->pass_more) {
             t->due = true; /* more may be due at once */
         } else if (t->pass_busy) {
             timers_arm(t, TIMERS_BUSY_RETRY);

@@ -36,10 +36,12 @@ crier.rule "comment.created" {
 }
 LUA
 
+SERVES=()
 serve() { # NAME
     "$CRIER_BIN" serve --rules "$WORK/rules" --set "url=$RECEIVER_URL" --batch-size 40 >"$WORK/$1.log" 2>&1 &
     SERVE_PID=$!
     PIDS+=("$SERVE_PID")
+    SERVES+=("$SERVE_PID")
 }
 
 # emit_all FROM TO SLOW: events n = FROM..TO for u0..u49, from 8 sessions at once
@@ -128,6 +130,9 @@ assert_eq 0 "$(sql "SELECT count(*) FROM crier.deliveries d JOIN crier.notificat
                     JOIN crier.events e ON e.id = n.event_id JOIN crier.digests g ON g.id = d.digest_id
                     WHERE (e.payload->>'n')::int > 2500 AND g.window_start <= '$before'")" \
     "events emitted during the flush are in later windows"
+
+kill -TERM "${SERVES[@]}" 2>/dev/null || true
+wait "${SERVES[@]}" 2>/dev/null || true
 
 # 3. A window whose end passed while no worker flushed it (all were down):
 # an item that comes then opens the next window, the old one is closed and
