@@ -290,6 +290,28 @@ static int serve_check_rule_queries(const crier_cli *cli, crier_database *db)
 /* With --no-migrate: checks that the database holds this crier's schema.
  * Returns 0, or -1 with err set ("run crier migrate", or why it could not
  * connect). */
+/* --migrate: applies the migrations, each line of what it did logged (so
+ * that CRIER_LOG_FORMAT=json keeps stderr one JSON object per line). */
+static int serve_migrate(const char *conninfo, char *err, size_t err_len)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    int rc = crier_migrate_run(conninfo, out, err, err_len);
+    if (out)
+        fclose(out);
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        else
+            next = line + strlen(line);
+        crier_info("migrate", "%s", line);
+    }
+    free(text);
+    return rc;
+}
+
 static int serve_check_schema(const char *conninfo, char *err, size_t err_len)
 {
     PGconn *conn = PQconnectdb(conninfo);
@@ -402,7 +424,7 @@ int crier_cmd_serve(int argc, char **argv)
         crier_cli_error("serve", "%s", err);
         goto out;
     }
-    if (a.migrate ? crier_migrate_run(db.conninfo, stderr, err, sizeof err) < 0
+    if (a.migrate ? serve_migrate(db.conninfo, err, sizeof err) < 0
                   : serve_check_schema(db.conninfo, err, sizeof err) < 0) {
         crier_cli_error("serve", "%s", err);
         crier_database_close(&db);
