@@ -537,7 +537,6 @@ end
 
 -- Reads until ReadyForQuery after the startup; returns true or nil, err.
 function Conn:_wait_ready()
-    local err_fields
     while true do
         local kind, body = self:_read()
         if not kind then
@@ -545,12 +544,11 @@ function Conn:_wait_ready()
         end
         if kind == "Z" then
             self.tx_status = body
-            if err_fields then
-                return nil, codec.error_text(err_fields), err_fields.sqlstate
-            end
             return true
         elseif kind == "E" then
-            err_fields = codec.error_fields(body)
+            -- an error during startup is FATAL: the server closes the connection
+            local err_fields = codec.error_fields(body)
+            return nil, codec.error_text(err_fields), err_fields.sqlstate
         elseif kind == "K" then
             self.backend_pid = get_i32(body, 1)
         elseif kind == "S" then

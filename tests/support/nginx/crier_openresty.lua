@@ -137,7 +137,10 @@ function M.emit()
     local payload = body()
     local id, err, sqlstate = adapter.emit(arg("tenant"), arg("type"), arg("entity"), payload, arg("dedupe"))
     if not id then
-        return send(sqlstate and 400 or 503, { err = err, sqlstate = sqlstate })
+        -- the caller's data was refused (22xxx, 23xxx, 54xxx): 400; anything
+        -- else (no connection, no database, a timeout) is the server's: 503
+        local refused = sqlstate and (sqlstate:match("^2[23]") or sqlstate:match("^54"))
+        return send(refused and 400 or 503, { err = err, sqlstate = sqlstate })
     end
     send(200, { id = id })
 end
