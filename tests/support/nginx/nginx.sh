@@ -99,7 +99,7 @@ for k in sys.argv[2:]:
         v = v.get(k)
     else:
         v = None
-print("" if v is None else (json.dumps(v) if isinstance(v, (dict, list, bool)) else v))' "$@"
+print("" if v is None else (json.dumps(v, separators=(",", ":"), ensure_ascii=False) if isinstance(v, (dict, list, bool)) else v))' "$@"
 }
 
 # nginx_log_clean: no Lua errors or global-variable warnings in the error
