@@ -241,6 +241,46 @@ function sandbox.run(limits, fn, handler, ...)
     return finish(xpcall(fn, handler, ...))
 end
 
+-- sandbox.pause(): called by a query backend that is about to yield (nginx's
+-- cosockets): takes the running call's limits state off the VM — the hook,
+-- the rules' string library — so that whatever runs in the worker meanwhile
+-- (other requests, other rules) is not measured or served as this rule.
+-- Returns a token for sandbox.resume, or nil when no call is running. The
+-- wall clock keeps counting: time spent waiting still counts against the
+-- rule's time limit, as it does in crier serve.
+function sandbox.pause()
+    if not active then
+        return nil
+    end
+    local token = {
+        run_limits, finish_handler, budget, deadline, soft_deadline, memory_kb, base_kb, used, tripped,
+        old_hook, old_mask, old_count, old_string_index, c_steps, collectgarbage("count"),
+    }
+    active = false
+    string_mt.__index = old_string_index
+    if old_hook then
+        sethook(old_hook, old_mask, old_count)
+    else
+        sethook()
+    end
+    return token
+end
+
+-- sandbox.resume(token): puts a paused call back on the VM (nil: nothing).
+-- Memory others allocated during the pause is not counted against the rule.
+function sandbox.resume(token)
+    if not token then
+        return
+    end
+    run_limits, finish_handler, budget, deadline, soft_deadline, memory_kb, base_kb, used, tripped,
+        old_hook, old_mask, old_count, old_string_index, c_steps = unpack(token, 1, 14)
+    base_kb = base_kb + (collectgarbage("count") - token[15])
+    old_hook, old_mask, old_count = gethook()
+    active = true
+    string_mt.__index = rules_string
+    sethook(hook, "", HOOK_EVERY)
+end
+
 -- sandbox.protect(fn): keeps fn (and every function defined inside it) out of
 -- the JIT compiler so that the limits' hook runs in its loops.
 function sandbox.protect(fn)

@@ -28,13 +28,13 @@ local greeting = assert(template.compile(
     "<p>Hello {{ user.name }}, your plan is {{ user.plan | default('free') }}.</p>",
     { html = true, name = "greeting" }))
 
--- init(opts): in init_by_lua. opts = { rules_dir =, files = { names },
--- settings = { name = value } }. Raises (nginx does not start) when the
+-- init(opts): in init_by_lua. opts = { rules_dir =, settings = { name =
+-- value } } (the directory's rule files are listed). Raises (nginx does not start) when the
 -- rules do not load.
 function M.init(opts)
     options = opts
     local err
-    loaded, err = adapter.load_rules(opts.rules_dir, opts.files, opts.settings)
+    loaded, err = adapter.load_rules(opts.rules_dir, nil, opts.settings)
     if not loaded then
         error("crier rules did not load from " .. opts.rules_dir .. ":\n" .. err, 0)
     end
@@ -76,7 +76,7 @@ M.rules = guarded(function()
     local current = loaded
     if arg_string(args, "fresh") == "1" then
         local err
-        current, err = adapter.load_rules(options.rules_dir, options.files, options.settings)
+        current, err = adapter.load_rules(options.rules_dir, nil, options.settings)
         if not current then
             return refuse(500, "load_error", err)
         end
