@@ -805,7 +805,8 @@ int crier_bench_timers(int argc, char **argv)
     if (!b.o.json)
         fprintf(stderr, "bench timers: %d delay timers due within %.3g s; %d events into %ld digests; %d runs;"
                         " work directory %s\n",
-                b.o.timers, b.o.spread, b.o.events, (long)b.o.recipients * b.o.keys, b.o.repeat, b.dir);
+                b.o.timers, b.o.spread, b.o.events, b.o.events > 0 ? (long)b.o.recipients * b.o.keys : 0,
+                b.o.repeat, b.dir);
     for (int i = 0; i < b.o.repeat; i++) {
         bench_run *r = &runs[i];
         r->late_p50_ms = r->late_p99_ms = r->late_max_ms = r->fired_per_s = r->visible_s = NAN;
