@@ -1,17 +1,19 @@
 -- fire_timers.sql — crier.fire_timers: the timer workers' claim. Takes up to p_limit due
 -- timers (FOR UPDATE SKIP LOCKED, earliest first) and fires those that need no rules in
 -- place — delays, marked fired with their outcome — returning one row each (kind 'delay').
--- The delays are decided for the whole batch at once (crier.delay_decisions: locks, the
--- unless / cancel_on conditions, the same rules and reasons as crier.fire_delay) and
--- applied by one statement for the deliveries and one for their timers; only a delay
--- released into a throttle or a digest goes through crier.release_delivery, one at a
--- time in the claim's order (as does the odd delay that shares its delivery with another
--- timer of the batch, or has none: crier.fire_delay). A digest timer needs its message
--- rendered by the rules: its digest is locked (SKIP LOCKED: an item joining it holds it
--- for a moment; kind 'busy', tried again soon) and returned (kind 'digest') with what the
--- rules need (input: JSON for gen:render_digest) and what its notification's key is made
--- of; the caller renders it and calls crier.flush_digests in the same transaction. A
--- digest already sent only marks its timer fired.
+-- The delays are fired for the whole batch at once: plain ones (the common case) released
+-- and their timers fired by one statement; the others decided together
+-- (crier.delay_decisions: locks, the unless / cancel_on conditions, the same rules and
+-- reasons as crier.fire_delay) and applied by one statement for the deliveries and one
+-- for their timers; only a delay released into a throttle or a digest goes through
+-- crier.release_delivery, one at a time in the claim's order (as does the odd delay that
+-- shares its delivery with another timer of the batch, or has none: crier.fire_delay).
+-- A digest timer needs its message rendered by the rules: its digest is locked (SKIP
+-- LOCKED: an item joining it holds it for a moment; kind 'busy', tried again soon) and
+-- returned (kind 'digest') with what the rules need (input: JSON for gen:render_digest)
+-- and what its notification's key is made of; the caller renders it and calls
+-- crier.flush_digests in the same transaction. A digest already sent only marks its timer
+-- fired.
 CREATE OR REPLACE FUNCTION crier.fire_timers(p_limit integer)
 RETURNS TABLE (timer_id bigint, kind text, digest_id bigint, tenant text, event_type text, digest_key text,
                recipient_id text, channel text, discriminator text, last_event_id bigint, outcome text,
