@@ -126,6 +126,14 @@ CREATE FUNCTION crier.dead_letters(p_tenant text, p_type text, p_channel text, p
     AS $$ … $$; -- the body: sql/functions/dead_letters.sql
 
 --
+-- Name: delay_decisions(bigint[]); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.delay_decisions(p_delivery_ids bigint[]) RETURNS TABLE(delivery_id bigint, action text, outcome text)
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/delay_decisions.sql
+
+--
 -- Name: digest_join(text, text, text, text, text, double precision, double precision, integer); Type: FUNCTION; Schema: crier; Owner: -
 --
 

@@ -27,7 +27,7 @@ static const char main_help[] =
     "  try       run one event through the rules and print the plan (changes nothing)\n"
     "  status    outbox state: events, notifications, deliveries\n"
     "  demo      the billing story end to end on the embedded default\n"
-    "  bench     benchmarks (bench fanout, deliver, feed)\n"
+    "  bench     benchmarks (bench fanout, deliver, feed, timers)\n"
     "  cluster   manage a private PostgreSQL cluster (start|stop|url DIR)\n"
     "  feed      a person's feed: list, counts, read-all, mark, join/leave audiences\n"
     "  dead      list / replay dead letters (failed deliveries, quarantined events)\n"

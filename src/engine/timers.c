@@ -389,7 +389,7 @@ crier_timers *crier_timers_new(struct ev_loop *loop, crier_pg *pg, crier_rules *
     t->loop = loop;
     t->pg = pg;
     t->rules = rules;
-    t->batch_size = batch_size > 0 ? batch_size : 500;
+    t->batch_size = batch_size > 0 ? batch_size : CRIER_TIMERS_DEFAULT_BATCH;
     t->committed = committed;
     t->committed_ud = ud;
     ev_timer_init(&t->wake, timers_wake_cb, 1.0, 0.);

@@ -35,8 +35,11 @@ typedef struct {
 /* Called after a committed pass that made deliveries due. */
 typedef void (*crier_timers_committed_fn)(void *ud, uint64_t deliveries_due);
 
+/* Timers claimed per transaction when the caller gives no batch size. */
+#define CRIER_TIMERS_DEFAULT_BATCH 500
+
 /* Creates the worker on connection pg (not owned); rules becomes owned by it.
- * batch_size: timers per transaction (0: 500). */
+ * batch_size: timers per transaction (0: CRIER_TIMERS_DEFAULT_BATCH). */
 crier_timers *crier_timers_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules, int batch_size,
                                crier_timers_committed_fn committed, void *ud);
 

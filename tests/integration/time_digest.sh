@@ -156,4 +156,30 @@ assert_eq "closed|yes" "$(sql "SELECT g.state || '|' || CASE WHEN t.due_at <= no
     "max_items reached: closed and due at once"
 full3=$(sql "SELECT crier.digest_join('acme', 'z', 'webhook', 'small', 'comment.created', 600, NULL, 2)")
 [ "$full3" != "$full1" ] || fail "an item joined a full window"
+
+# 4. One pass fires a digest's timer and a delay whose delivery goes into that
+# digest (delay + digest, both due — a worker was late): the delayed item is
+# in the digest's message, not marked digested into a digest already gathered.
+item() { # ENTITY STATE TIMING: an event, its notification and a webhook delivery
+    sql "WITH e AS (SELECT crier.emit('acme', 'comment.created', '$1', '{\"to\": \"race\", \"n\": 0}') AS id),
+              n AS (INSERT INTO crier.notifications (key_hash, key, event_id, tenant, event_type, entity_id,
+                        recipient_id)
+                    SELECT md5('$1')::uuid, '$1', e.id, 'acme', 'comment.created', '$1', 'race' FROM e RETURNING id)
+         INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, state, timing)
+         SELECT n.id, 'acme', 'webhook', 'msg_$1', 'http://127.0.0.1:9/', '{}', '$2', '$3'::jsonb FROM n
+         RETURNING id"
+}
+spec='{"digest": {"key": "race", "window": 600, "recipient": {"id": "race"}}}'
+first=$(item race1 digested "$spec")
+dg=$(sql "SELECT crier.digest_join('acme', 'race', 'webhook', 'race', 'comment.created', 600, NULL, NULL)")
+sql "UPDATE crier.deliveries SET digest_id = $dg WHERE id = $first" >/dev/null
+held=$(item race2 held '{"delay": 60, "digest": {"key": "race", "window": 600, "recipient": {"id": "race"}}}')
+sql "INSERT INTO crier.timers (key, tenant, kind, due_at, delivery_id)
+     VALUES (crier.timer_key(ARRAY['delay', '$held']), 'acme', 'delay', now() - interval '1 s', $held)" >/dev/null
+sql "UPDATE crier.timers SET due_at = now() - interval '2 s' WHERE digest_id = $dg" >/dev/null
+input=$(sql "SELECT input FROM crier.fire_timers(10) WHERE kind = 'digest'")
+echo "$input" | /usr/bin/python3 -c '
+import json, sys
+items = [i["entity_id"] for i in json.loads(sys.stdin.read())["items"]]
+assert items == ["race1", "race2"], items' || fail "the delayed item is missing from the digest: $input"
 echo "ok"
