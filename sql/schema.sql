@@ -334,6 +334,14 @@ CREATE FUNCTION crier.timer_key(p_parts text[]) RETURNS uuid
     AS $$ … $$; -- the body: sql/functions/timer_key.sql
 
 --
+-- Name: worker_state(timestamp with time zone, real, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.worker_state(p_heartbeat_at timestamp with time zone, p_interval real, p_stopped_at timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/worker_state.sql
+
+--
 -- Name: api_idempotency; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -722,7 +730,15 @@ CREATE TABLE crier.rules_status (
     reloads_failed integer DEFAULT 0 NOT NULL,
     last_error text,
     last_error_at timestamp with time zone,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    heartbeat_at timestamp with time zone,
+    heartbeat_interval real DEFAULT 5 NOT NULL,
+    stopped_at timestamp with time zone,
+    events_in_flight integer DEFAULT 0 NOT NULL,
+    deliveries_in_flight integer DEFAULT 0 NOT NULL,
+    events_fanned_out bigint DEFAULT 0 NOT NULL,
+    deliveries_claimed bigint DEFAULT 0 NOT NULL
 );
 
 --

@@ -29,13 +29,24 @@ LANGUAGE sql STABLE AS $$
         (SELECT count(*) FROM crier.endpoints e WHERE e.state = s.state)::double precision
         FROM unnest(ARRAY['paused', 'disabled']) AS s(state)
     UNION ALL
-    SELECT 'crier_rules_info', 'worker', r.worker, 'version', r.version, 1 FROM crier.rules_status r
+    SELECT 'crier_workers', 'state', s.state, NULL, NULL,
+        (SELECT count(*) FROM crier.rules_status r
+         WHERE crier.worker_state(r.heartbeat_at, r.heartbeat_interval, r.stopped_at) = s.state)::double precision
+        FROM unnest(ARRAY['alive', 'dead', 'stopped']) AS s(state)
     UNION ALL
-    SELECT 'crier_rules_reloads_total', 'worker', r.worker, 'result', 'ok', r.reloads_ok FROM crier.rules_status r
-    UNION ALL
-    SELECT 'crier_rules_reloads_total', 'worker', r.worker, 'result', 'failed', r.reloads_failed
+    -- per-worker series: alive workers only, so a dead or stopped worker's series disappear
+    SELECT m.metric, 'worker', r.worker, m.label2, m.value2, m.value
         FROM crier.rules_status r
-    UNION ALL
-    SELECT 'crier_rules_last_reload_failed', 'worker', r.worker, NULL, NULL,
-        CASE WHEN r.last_error IS NULL THEN 0 ELSE 1 END FROM crier.rules_status r
+        CROSS JOIN LATERAL (VALUES
+            ('crier_worker_heartbeat_age_seconds', NULL, NULL,
+             extract(epoch FROM now() - r.heartbeat_at)::double precision),
+            ('crier_worker_events_in_flight', NULL, NULL, r.events_in_flight::double precision),
+            ('crier_worker_deliveries_in_flight', NULL, NULL, r.deliveries_in_flight::double precision),
+            ('crier_rules_info', 'version', r.version, 1::double precision),
+            ('crier_rules_reloads_total', 'result', 'ok', r.reloads_ok::double precision),
+            ('crier_rules_reloads_total', 'result', 'failed', r.reloads_failed::double precision),
+            ('crier_rules_last_reload_failed', NULL, NULL,
+             CASE WHEN r.last_error IS NULL THEN 0 ELSE 1 END::double precision)
+        ) AS m(metric, label2, value2, value)
+        WHERE crier.worker_state(r.heartbeat_at, r.heartbeat_interval, r.stopped_at) = 'alive'
 $$;

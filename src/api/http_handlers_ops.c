@@ -180,7 +180,16 @@ static const char *metric_help(const char *name)
         {"crier_deliveries_oldest_due_seconds",
          "Seconds the oldest due delivery has waited for an attempt.", "gauge"},
         {"crier_endpoints", "Webhook endpoints paused or disabled after failing.", "gauge"},
-        {"crier_rules_info", "The rules version each crier serve worker runs.", "gauge"},
+        {"crier_workers",
+         "crier serve workers by liveness (dead: 3 missed heartbeats; stopped: stopped cleanly).",
+         "gauge"},
+        {"crier_worker_heartbeat_age_seconds", "Seconds since each live worker's last heartbeat.",
+         "gauge"},
+        {"crier_worker_events_in_flight", "Events each live worker's fan-out batch has claimed.",
+         "gauge"},
+        {"crier_worker_deliveries_in_flight",
+         "Sends each live worker has in flight, with results not yet written.", "gauge"},
+        {"crier_rules_info", "The rules version each live crier serve worker runs.", "gauge"},
         {"crier_rules_reloads_total",
          "Rules reloads per worker, accepted (ok) or rejected (failed).", "counter"},
         {"crier_rules_last_reload_failed", "1 when a worker's last rules reload was rejected.",
@@ -214,7 +223,7 @@ int crier_http_metrics(crier_http_request *r)
          * public route: no credential, no tenant); PQexec, not
          * crier_http_query, because a failure is a metric, not an error */
         res = PQexec(
-            r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics()");
+            r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics() ORDER BY 1");
         up = PQresultStatus(res) == PGRES_TUPLES_OK;
         if (!up)
             crier_warn("http", "/metrics: %s", PQerrorMessage(r->pg));

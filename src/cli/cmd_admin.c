@@ -167,8 +167,9 @@ static const char status_help[] =
     "paused and disabled endpoints, the oldest pending event's age, the timers\n"
     "(pending delays and digests with the earliest due time and how late it is, those\n"
     "fired in the last hour, digests whose rendering keeps failing), the open digest\n"
-    "windows and the next to close, the rules version each running crier serve uses\n"
-    "(and its last rejected reload, with the problems as file:line: message), and the\n"
+    "windows and the next to close, each crier serve worker of the last hour: alive\n"
+    "(with what it has in flight), stopped, or dead (3 missed heartbeats), its rules\n"
+    "version (and its last rejected reload, with the problems as file:line: message), and the\n"
     "latest dead letters (crier dead list shows all).\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
@@ -306,14 +307,35 @@ static int status_print(PGconn *conn)
             printf("dead: %s\n", PQgetvalue(res, i, 0));
     PQclear(res);
     res = PQexec(conn, "SELECT worker, left(version, 12), loaded_at, reloads_ok, reloads_failed,"
-                       " last_error, last_error_at, round(extract(epoch FROM now() - updated_at))"
-                       " FROM crier.rules_status WHERE updated_at > now() - interval '1 day'"
-                       " ORDER BY updated_at DESC");
+                       " last_error, last_error_at, round(extract(epoch FROM now() - coalesce(heartbeat_at,"
+                       " updated_at))), crier.worker_state(heartbeat_at, heartbeat_interval, stopped_at),"
+                       " heartbeat_interval, events_in_flight, deliveries_in_flight, events_fanned_out,"
+                       " deliveries_claimed, " STATUS_TIME("stopped_at")
+                       " FROM crier.rules_status"
+                       " ORDER BY crier.worker_state(heartbeat_at, heartbeat_interval, stopped_at), updated_at DESC");
     if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+        int n[3] = {0, 0, 0}; /* alive, dead, stopped */
         for (int i = 0; i < PQntuples(res); i++) {
-            printf("worker %s: rules %s since %s (reloads: %s ok, %s rejected; seen %ss ago)\n",
-                   PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3),
-                   PQgetvalue(res, i, 4), PQgetvalue(res, i, 7));
+            const char *state = PQgetvalue(res, i, 8);
+            n[!strcmp(state, "alive") ? 0 : !strcmp(state, "dead") ? 1 : 2]++;
+        }
+        printf("workers: %d alive, %d dead, %d stopped (a worker is dead after 3 missed heartbeats)\n", n[0],
+               n[1], n[2]);
+        for (int i = 0; i < PQntuples(res); i++) {
+            const char *state = PQgetvalue(res, i, 8);
+            double every = strtod(PQgetvalue(res, i, 9), NULL);
+            printf("worker %s: ", PQgetvalue(res, i, 0));
+            if (!strcmp(state, "alive"))
+                printf("alive (heartbeat %ss ago, every %gs): %s events and %s deliveries in flight, %s events "
+                       "fanned out and %s deliveries claimed since it started; ",
+                       PQgetvalue(res, i, 7), every, PQgetvalue(res, i, 10), PQgetvalue(res, i, 11),
+                       PQgetvalue(res, i, 12), PQgetvalue(res, i, 13));
+            else if (!strcmp(state, "dead"))
+                printf("DEAD (no heartbeat for %ss; dead after %gs): ", PQgetvalue(res, i, 7), 3 * every);
+            else
+                printf("stopped at %s: ", PQgetvalue(res, i, 14));
+            printf("rules %s since %s (reloads: %s ok, %s rejected)\n", PQgetvalue(res, i, 1),
+                   PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4));
             if (!PQgetisnull(res, i, 5)) {
                 printf("  last reload rejected at %s:\n    ", PQgetvalue(res, i, 6));
                 for (const char *c = PQgetvalue(res, i, 5); *c; c++)

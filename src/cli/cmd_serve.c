@@ -47,6 +47,8 @@ static const char serve_help[] =
     "  --timeout-ms N         webhook total timeout (default 15000)\n"
     "  --shutdown-deadline D  on SIGTERM, how long sends in flight may finish before\n"
     "                         they are released to other workers (default 10s)\n"
+    "  --heartbeat D          how often this worker records its heartbeat in the\n"
+    "                         database; it counts as dead after 3 missed (default 5s)\n"
     "  --pause-after N        consecutive failures that pause a webhook endpoint (default 20)\n"
     "  --probe-interval D     first probe of a paused endpoint, doubling up to 1h (default 30s)\n"
     "  --disable-after D      disable an endpoint failing this long, emit\n"
@@ -102,6 +104,7 @@ enum {
     SERVE_OPT_HTTP_MAX_STREAMS,
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
+    SERVE_OPT_HEARTBEAT,
 };
 
 typedef struct {
@@ -229,6 +232,8 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_CORS_ORIGIN:
         a->http.cors_origins = arg;
         return 0;
+    case SERVE_OPT_HEARTBEAT:
+        return crier_cli_duration("serve", "heartbeat", arg, &a->cfg.heartbeat_interval);
     case SERVE_OPT_HEALTHZ_MAX_LAG:
         return crier_cli_duration("serve", "healthz-max-lag", arg, &a->http.healthz_max_lag);
     case SERVE_OPT_HTTP_MAX_CONNECTIONS:
@@ -340,6 +345,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"event-attempts", required_argument, NULL, 'R'},
                                             {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
+                                            {"heartbeat", required_argument, NULL, SERVE_OPT_HEARTBEAT},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},
@@ -375,6 +381,7 @@ int crier_cmd_serve(int argc, char **argv)
     a.timeout_ms = 15000;
     cfg->poll_interval = 1.0;
     cfg->shutdown_deadline = 10.0;
+    cfg->heartbeat_interval = 5.0;
     cfg->handle_signals = true;
     cfg->watch_rules = true;
     cfg->notify_service_manager = true;

@@ -7,6 +7,7 @@
 #include "worker_thread.h"
 
 #include <ev.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@ struct crier_delivery_thread {
     bool stopping, released;
     crier_worker_thread *thread;
     crier_delivery_stats final_stats; /* copied at teardown */
+
+    /* published once per loop pass for the heartbeat (delivery_thread_idle) */
+    _Atomic int in_flight;
+    _Atomic uint64_t claimed;
 };
 
 /* Replaces the Kafka producer after a fatal error (the delivery worker calls
@@ -86,7 +91,15 @@ static void delivery_thread_requests(void *ud, unsigned bits)
 static bool delivery_thread_idle(void *ud)
 {
     crier_delivery_thread *t = ud;
+    atomic_store_explicit(&t->in_flight, crier_delivery_pending(t->delivery), memory_order_relaxed);
+    atomic_store_explicit(&t->claimed, crier_delivery_get_stats(t->delivery)->claimed, memory_order_relaxed);
     return crier_delivery_idle(t->delivery);
+}
+
+void crier_delivery_thread_activity(crier_delivery_thread *t, int *in_flight, uint64_t *claimed)
+{
+    *in_flight = atomic_load_explicit(&t->in_flight, memory_order_relaxed);
+    *claimed = atomic_load_explicit(&t->claimed, memory_order_relaxed);
 }
 
 static bool delivery_thread_drained(void *ud)

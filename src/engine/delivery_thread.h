@@ -44,6 +44,11 @@ bool crier_delivery_thread_idle(crier_delivery_thread *t);
 /* True once the loop has ended after a stop. Safe from any thread. */
 bool crier_delivery_thread_finished(crier_delivery_thread *t);
 
+/* What the delivery side was doing at its last loop pass: sends in flight
+ * plus results not yet written, deliveries claimed since it started. Safe
+ * from any thread (atomics). */
+void crier_delivery_thread_activity(crier_delivery_thread *t, int *in_flight, uint64_t *claimed);
+
 /* Stops (if not yet), waits for the thread, copies the worker's totals to
  * stats (may be NULL) and frees everything. NULL is a no-op. */
 void crier_delivery_thread_join(crier_delivery_thread *t, crier_delivery_stats *stats);

@@ -43,18 +43,36 @@ typedef struct {
     crier_rules_reloader reloader; /* the rules' source, version, counters, last error */
     bool status_dirty, status_error_dirty;
     char worker[300], loaded_at[40], error_at[40], ok_text[16], failed_text[16];
+    /* the heartbeat (engine_write_status): every cfg->heartbeat_interval s */
+    ev_timer heartbeat;
+    time_t started_at;
+    double heartbeat_interval;
+    bool stopped_written; /* a write saying stopped_at was sent */
+    bool final_done;      /* and it completed */
+    char started_text[40], interval_text[24], activity_text[4][24];
     crier_pg_params status_params;
     crier_rules_query *query; /* crier.query's read-only connection */
 } engine;
 
+/* The heartbeat: this worker's row of crier.rules_status (its rules, what it
+ * is doing, when it beat last), and the rows of workers stopped or dead for
+ * an hour deleted. */
 static const char SQL_STATUS[] =
-    "INSERT INTO crier.rules_status AS s (worker, rules_dir, version, loaded_at, reloads_ok, reloads_failed,"
-    "    last_error, last_error_at, updated_at)"
-    " VALUES ($1, $2, $3, $4::timestamptz, $5::int, $6::int, $7, $8::timestamptz, now())"
+    "WITH gone AS (DELETE FROM crier.rules_status WHERE worker <> $1"
+    "    AND coalesce(stopped_at, heartbeat_at, updated_at) < now() - interval '1 hour')"
+    " INSERT INTO crier.rules_status AS s (worker, rules_dir, version, loaded_at, reloads_ok, reloads_failed,"
+    "    last_error, last_error_at, updated_at, started_at, heartbeat_at, heartbeat_interval, stopped_at,"
+    "    events_in_flight, deliveries_in_flight, events_fanned_out, deliveries_claimed)"
+    " VALUES ($1, $2, $3, $4::timestamptz, $5::int, $6::int, $7, $8::timestamptz, now(), $9::timestamptz, now(),"
+    "    $10::real, CASE WHEN $11::bool THEN now() END, $12::int, $13::int, $14::bigint, $15::bigint)"
     " ON CONFLICT (worker) DO UPDATE SET rules_dir = EXCLUDED.rules_dir, version = EXCLUDED.version,"
     "    loaded_at = EXCLUDED.loaded_at, reloads_ok = EXCLUDED.reloads_ok,"
     "    reloads_failed = EXCLUDED.reloads_failed, last_error = EXCLUDED.last_error,"
-    "    last_error_at = EXCLUDED.last_error_at, updated_at = now()";
+    "    last_error_at = EXCLUDED.last_error_at, updated_at = now(), started_at = EXCLUDED.started_at,"
+    "    heartbeat_at = now(), heartbeat_interval = EXCLUDED.heartbeat_interval,"
+    "    stopped_at = EXCLUDED.stopped_at, events_in_flight = EXCLUDED.events_in_flight,"
+    "    deliveries_in_flight = EXCLUDED.deliveries_in_flight,"
+    "    events_fanned_out = EXCLUDED.events_fanned_out, deliveries_claimed = EXCLUDED.deliveries_claimed";
 
 /* Formats t as a timestamptz literal in UTC. */
 static void engine_time_text(time_t t, char *out, size_t len)
@@ -76,22 +94,38 @@ static void engine_on_status_written(void *ud, PGresult *res, const char *err)
                    missing ? "; run crier migrate" : "; retrying");
         e->status_dirty = !missing;
     }
+    if (e->stopped_written)
+        e->final_done = true;
 }
 
-/* Records what this worker runs in crier.rules_status (for crier status). */
+/* Records what this worker runs and does in crier.rules_status (for crier
+ * status, /metrics and /healthz): its rules, its heartbeat, the events and
+ * sends it has in flight (the threads' counters are read through atomics),
+ * and stopped_at once it stops. Never blocks the loop: skipped while the
+ * listen connection is busy (the next poll tries again). */
 static void engine_write_status(engine *e)
 {
-    /* the listen connection is shared with LISTEN: skip while it is busy (the
-     * next poll tries again) */
     if (!e->status_dirty || !crier_pg_idle(e->pg_listen))
         return;
     crier_pg_params *p = &e->status_params;
     const crier_rules_reloader *rl = &e->reloader;
+    int fast = e->fanout ? crier_fanout_in_flight(e->fanout) : 0, slow = 0, sending = 0;
+    uint64_t done = e->fanout ? crier_fanout_get_stats(e->fanout)->events_done : 0, slow_done = 0, claimed = 0;
+    if (e->slow)
+        crier_fanout_thread_activity(e->slow, &slow, &slow_done);
+    if (e->delivery)
+        crier_delivery_thread_activity(e->delivery, &sending, &claimed);
     crier_pg_params_reset(p);
     snprintf(e->ok_text, sizeof e->ok_text, "%d", rl->reloads_ok);
     snprintf(e->failed_text, sizeof e->failed_text, "%d", rl->reloads_failed);
     engine_time_text(rl->loaded_at, e->loaded_at, sizeof e->loaded_at);
     engine_time_text(rl->error_at, e->error_at, sizeof e->error_at);
+    engine_time_text(e->started_at, e->started_text, sizeof e->started_text);
+    snprintf(e->interval_text, sizeof e->interval_text, "%g", e->heartbeat_interval);
+    snprintf(e->activity_text[0], sizeof e->activity_text[0], "%d", fast + slow);
+    snprintf(e->activity_text[1], sizeof e->activity_text[1], "%d", sending);
+    snprintf(e->activity_text[2], sizeof e->activity_text[2], "%llu", (unsigned long long)(done + slow_done));
+    snprintf(e->activity_text[3], sizeof e->activity_text[3], "%llu", (unsigned long long)claimed);
     crier_pg_params_text(p, e->worker);
     crier_pg_params_text(p, e->cfg->rules_dir);
     crier_pg_params_text(p, rl->version);
@@ -100,8 +134,53 @@ static void engine_write_status(engine *e)
     crier_pg_params_text(p, e->failed_text);
     crier_pg_params_text(p, rl->last_error[0] ? rl->last_error : NULL);
     crier_pg_params_text(p, rl->last_error[0] ? e->error_at : NULL);
-    if (crier_pg_query(e->pg_listen, SQL_STATUS, p, engine_on_status_written, e) == 0)
+    crier_pg_params_text(p, e->started_text);
+    crier_pg_params_text(p, e->interval_text);
+    crier_pg_params_text(p, e->stopping ? "true" : "false");
+    for (int i = 0; i < 4; i++)
+        crier_pg_params_text(p, e->activity_text[i]);
+    if (crier_pg_query(e->pg_listen, SQL_STATUS, p, engine_on_status_written, e) == 0) {
         e->status_dirty = false;
+        e->stopped_written = e->stopping;
+    }
+}
+
+static void engine_tick_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    (void)loop;
+    (void)w;
+    (void)revents;
+}
+
+/* After the loop ended: says in crier.rules_status that this worker stopped
+ * (so that it is not taken for a dead one), waiting at most 2 s for it. */
+static void engine_write_final_status(engine *e)
+{
+    ev_timer tick;
+    double until = ev_time() + 2.0;
+    e->stopping = true;
+    e->status_dirty = true;
+    ev_timer_stop(e->loop, &e->heartbeat);
+    ev_timer_init(&tick, engine_tick_cb, 0.05, 0.05);
+    ev_timer_start(e->loop, &tick);
+    while (!e->final_done && ev_time() < until && crier_pg_ok(e->pg_listen)) {
+        if (!e->stopped_written) {
+            e->status_dirty = true;
+            engine_write_status(e);
+        }
+        ev_run(e->loop, EVRUN_ONCE);
+    }
+    ev_timer_stop(e->loop, &tick);
+}
+
+/* The heartbeat's timer: marks the status to be written now. */
+static void engine_heartbeat_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    engine *e = w->data;
+    (void)loop;
+    (void)revents;
+    e->status_dirty = true;
+    engine_write_status(e);
 }
 
 /* Tells the service manager the state formatted from fmt (sd_notify.h), when
@@ -414,6 +493,8 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         snprintf(e.worker, sizeof e.worker, "%s:%d", host, (int)getpid());
     }
     e.status_dirty = true;
+    e.started_at = time(NULL);
+    e.heartbeat_interval = cfg->heartbeat_interval > 0 ? cfg->heartbeat_interval : 5.0;
 
     e.pg_fanout = crier_pg_connect(e.loop, cfg->conninfo, "fanout", err, err_len);
     if (!e.pg_fanout)
@@ -473,6 +554,9 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         ev_signal_start(e.loop, &e.sig_int);
         ev_signal_start(e.loop, &e.sig_hup);
     }
+    ev_timer_init(&e.heartbeat, engine_heartbeat_cb, e.heartbeat_interval, e.heartbeat_interval);
+    e.heartbeat.data = &e;
+    ev_timer_start(e.loop, &e.heartbeat);
     engine_kick_all(&e);
     crier_info("engine", "running (poll every %.1fs)", cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
     ev_timer_init(&e.watchdog, engine_watchdog_cb, 0., crier_sd_watchdog_timeout() / 2);
@@ -486,6 +570,7 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         }
     }
     ev_run(e.loop, 0);
+    engine_write_final_status(&e);
 
     {
         crier_delivery_stats ds;
@@ -516,6 +601,7 @@ out:
     }
     ev_timer_stop(e.loop, &e.poll);
     ev_timer_stop(e.loop, &e.watchdog);
+    ev_timer_stop(e.loop, &e.heartbeat);
     ev_async_stop(e.loop, &e.delivery_changed);
     ev_timer_stop(e.loop, &e.reload_debounce);
     if (e.inotify_fd >= 0) {

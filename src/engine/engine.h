@@ -39,6 +39,8 @@ typedef struct crier_engine_config {
     crier_kafka_options kafka;   /* a producer is created when kafka.bootstrap_servers is set */
     double poll_interval;     /* seconds between fallback polls (default 1) */
     double shutdown_deadline; /* seconds to let sends finish on TERM before releasing them (default 10) */
+    double heartbeat_interval; /* seconds between heartbeats in crier.rules_status (default 5; dead
+                                  after 3 missed) */
     bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
     bool handle_signals;      /* install TERM/INT/HUP watchers */
     bool watch_rules;         /* reload when a *.lua file in rules_dir changes (inotify) */

@@ -776,6 +776,11 @@ bool crier_fanout_between_batches(const crier_fanout *f)
     return f->state == FANOUT_IDLE;
 }
 
+int crier_fanout_in_flight(const crier_fanout *f)
+{
+    return f->state == FANOUT_IDLE ? 0 : (int)f->n_events;
+}
+
 void crier_fanout_stop(crier_fanout *f)
 {
     f->stopping = true;

@@ -9,6 +9,7 @@
 
 #include <ev.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,10 @@ struct crier_fanout_thread {
 
     pthread_mutex_t lock; /* guards next_rules */
     crier_rules *next_rules;
+
+    /* published once per loop pass for the heartbeat (fanout_thread_idle) */
+    _Atomic int in_flight;
+    _Atomic uint64_t done;
 };
 
 static void fanout_thread_requests(void *ud, unsigned bits)
@@ -54,7 +59,15 @@ static void fanout_thread_requests(void *ud, unsigned bits)
 static bool fanout_thread_idle(void *ud)
 {
     crier_fanout_thread *t = ud;
+    atomic_store_explicit(&t->in_flight, crier_fanout_in_flight(t->fanout), memory_order_relaxed);
+    atomic_store_explicit(&t->done, crier_fanout_get_stats(t->fanout)->events_done, memory_order_relaxed);
     return crier_fanout_idle(t->fanout);
+}
+
+void crier_fanout_thread_activity(crier_fanout_thread *t, int *in_flight, uint64_t *done)
+{
+    *in_flight = atomic_load_explicit(&t->in_flight, memory_order_relaxed);
+    *done = atomic_load_explicit(&t->done, memory_order_relaxed);
 }
 
 static bool fanout_thread_drained(void *ud)

@@ -42,6 +42,10 @@ void crier_fanout_thread_stop(crier_fanout_thread *t);
 bool crier_fanout_thread_idle(crier_fanout_thread *t);
 bool crier_fanout_thread_finished(crier_fanout_thread *t);
 
+/* What the lane was doing at its last loop pass: events its batch claimed,
+ * events fanned out since it started. Safe from any thread (atomics). */
+void crier_fanout_thread_activity(crier_fanout_thread *t, int *in_flight, uint64_t *done);
+
 /* Stops (if not yet), waits, adds the lane's totals to stats (may be NULL)
  * and frees everything. NULL is a no-op. */
 void crier_fanout_thread_join(crier_fanout_thread *t, crier_fanout_stats *stats);
