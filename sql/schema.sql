@@ -38,6 +38,14 @@ CREATE FUNCTION crier.api_fields(p_body text, p_names text[]) RETURNS TABLE(name
     AS $$ … $$; -- the body: sql/functions/api_fields.sql
 
 --
+-- Name: api_health(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.api_health(OUT outbox_lag double precision, OUT delivery_lag double precision, OUT workers_alive integer) RETURNS record
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/api_health.sql
+
+--
 -- Name: api_metrics(); Type: FUNCTION; Schema: crier; Owner: -
 --
 

@@ -28,6 +28,6 @@ int crier_http_notifications_get(crier_http_request *r); /* GET /v1/notification
 int crier_http_dead_list(crier_http_request *r);         /* GET /v1/dead */
 int crier_http_dead_replay(crier_http_request *r);       /* POST /v1/dead/replay */
 int crier_http_metrics(crier_http_request *r);           /* GET /metrics */
-int crier_http_healthz(crier_http_request *r);           /* GET /healthz */
+int crier_http_healthz(crier_http_request *r);           /* GET /healthz, GET /readyz */
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "http_handlers.h"
 
+#include "clock.h"
 #include "http_auth.h"
 #include "http_guard.h"
 #include "http_page.h"
@@ -266,11 +267,17 @@ int crier_http_metrics(crier_http_request *r)
     return 0;
 }
 
+/* GET /healthz and /readyz: 200 when the database answers, neither the
+ * oldest due event nor the oldest due delivery has waited longer than
+ * --healthz-max-lag, and a worker has a live heartbeat (after this server's
+ * grace, when it runs workers itself); else 503 with the first reason. */
 int crier_http_healthz(crier_http_request *r)
 {
     crier_json_buf out = {0};
     char err[512], version[65];
-    double max_lag = r->ctx->healthz_max_lag, lag;
+    double max_lag = r->ctx->healthz_max_lag, outbox_lag, delivery_lag;
+    int alive;
+    bool need_worker = crier_clock_s() >= r->ctx->no_worker_check_from;
     PGresult *res;
 
     crier_http_rules_version(r->ctx->rules, version, sizeof version);
@@ -283,7 +290,7 @@ int crier_http_healthz(crier_http_request *r)
             break;
         /* not tenant-scoped: the outbox's lag over every tenant (a public
          * route); PQexec, because a failure is an answer of its own */
-        res = PQexec(r->pg, "SELECT crier.api_outbox_lag()");
+        res = PQexec(r->pg, "SELECT outbox_lag, delivery_lag, workers_alive FROM crier.api_health()");
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             break;
         snprintf(err, sizeof err, "%s", PQerrorMessage(r->pg));
@@ -303,23 +310,38 @@ int crier_http_healthz(crier_http_request *r)
         crier_json_buf_free(&out);
         return 0;
     }
-    lag = strtod(PQgetvalue(res, 0, 0), NULL);
+    outbox_lag = strtod(PQgetvalue(res, 0, 0), NULL);
+    delivery_lag = strtod(PQgetvalue(res, 0, 1), NULL);
+    alive = atoi(PQgetvalue(res, 0, 2));
     PQclear(res);
-    if (lag > max_lag) {
-        crier_json_buf_printf(
-            &out,
-            "{\"status\":\"lagging\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
-            "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\",\"error\":{\"code\":\"outbox_lag\","
-            "\"message\":\"the oldest due event has waited %.1f s for fan-out (limit %.1f s)\"}}",
-            lag, max_lag, version, lag, max_lag);
-        crier_http_reply(r, 503, out.data, out.len);
-    } else {
+    crier_json_buf_printf(&out,
+                          "{\"status\":\"%s\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
+                          "\"delivery_lag_seconds\":%.3f,\"max_lag_seconds\":%.3f,\"workers_alive\":%d,"
+                          "\"rules_version\":\"%s\"",
+                          outbox_lag > max_lag || delivery_lag > max_lag ? "lagging"
+                          : alive == 0 && need_worker                    ? "no_worker"
+                                                                         : "ok",
+                          outbox_lag, delivery_lag, max_lag, alive, version);
+    if (outbox_lag > max_lag)
         crier_json_buf_printf(&out,
-                              "{\"status\":\"ok\",\"database\":\"ok\",\"outbox_lag_seconds\":%.3f,"
-                              "\"max_lag_seconds\":%.3f,\"rules_version\":\"%s\"}",
-                              lag, max_lag, version);
-        crier_http_reply(r, 200, out.data, out.len);
-    }
+                              ",\"error\":{\"code\":\"outbox_lag\",\"message\":\"the oldest due event has waited "
+                              "%.1f s for fan-out (limit %.1f s): are the workers running and keeping up? "
+                              "see crier status\"}}",
+                              outbox_lag, max_lag);
+    else if (delivery_lag > max_lag)
+        crier_json_buf_printf(&out,
+                              ",\"error\":{\"code\":\"delivery_lag\",\"message\":\"the oldest due delivery has "
+                              "waited %.1f s for an attempt (limit %.1f s): are the workers running and keeping "
+                              "up? see crier status\"}}",
+                              delivery_lag, max_lag);
+    else if (alive == 0 && need_worker)
+        crier_json_buf_puts(&out, ",\"error\":{\"code\":\"no_live_worker\",\"message\":\"no crier serve worker "
+                                  "has a live heartbeat: nothing fans out or delivers; start one (see crier "
+                                  "status)\"}}");
+    else
+        crier_json_buf_puts(&out, "}");
+    crier_http_reply(r, outbox_lag > max_lag || delivery_lag > max_lag || (alive == 0 && need_worker) ? 503 : 200,
+                     out.data, out.len);
     crier_json_buf_free(&out);
     return 0;
 }

@@ -47,7 +47,9 @@ typedef struct {
     struct crier_http_cors *cors;       /* the origins browsers may call from (http_cors.h) */
     struct crier_http_guard *guard;     /* read deadlines, live-feed slots (http_guard.h) */
     size_t max_body;                    /* largest request body in bytes */
-    double healthz_max_lag;             /* seconds the oldest due event may wait */
+    double healthz_max_lag;             /* seconds the oldest due event or delivery may wait */
+    double no_worker_check_from;        /* monotonic seconds from which /healthz requires a live
+                                           worker (the server's start plus its worker grace) */
 } crier_http_context;
 
 /* One request, from its headers to the completed response. */

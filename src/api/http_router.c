@@ -50,6 +50,7 @@ static const route_entry routes[] = {
     {"POST", "/v1/dead/replay", "/v1/dead/replay", ROUTE_KEY, true, crier_http_dead_replay},
     {"GET", "/metrics", "/metrics", ROUTE_PUBLIC, false, crier_http_metrics},
     {"GET", "/healthz", "/healthz", ROUTE_PUBLIC, false, crier_http_healthz},
+    {"GET", "/readyz", "/readyz", ROUTE_PUBLIC, false, crier_http_healthz},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 

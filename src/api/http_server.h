@@ -55,7 +55,10 @@ typedef struct {
     int max_streams;          /* live feeds open at once (0: the default, half of
                                  max_connections) */
     const char *cors_origins; /* comma-separated exact origins, or "*"; NULL: no CORS */
-    double healthz_max_lag;   /* seconds the oldest due event may wait (default 60) */
+    double healthz_max_lag;   /* seconds the oldest due event or delivery may wait (default 60) */
+    double worker_grace;      /* seconds after start during which /healthz does not require a
+                                 live worker (this process's own first heartbeat is coming);
+                                 0: none (an API-only process) */
     const char *conninfo;     /* libpq connection string */
     const char *lua_dir;      /* the rules, as given to the engine */
     const char *rules_dir;

@@ -9,6 +9,8 @@
 #include "sd_notify.h"
 #include "target_guard.h"
 
+#include <ev.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,9 @@ static const char serve_help[] =
     "  --email-from ADDRESS   From address when a rule gives none\n"
     "  --kafka-brokers LIST   bootstrap servers (host:port,...) for the kafka channel\n"
     "  --exit-when-idle       exit once no event or delivery is due\n"
+    "  --no-workers           serve the HTTP API only (needs --http): no fan-out, timers or\n"
+    "                         delivery in this process, which is then no worker (other\n"
+    "                         crier serve processes do the work); its rules reload on SIGHUP\n"
     "  --no-migrate           do not apply pending migrations at start (a database\n"
     "                         that lacks them is refused: run crier migrate)\n"
     "\n"
@@ -85,7 +90,8 @@ static const char serve_help[] =
     "  --cors-origin LIST     origins browsers may call the API from: comma-separated\n"
     "                         exact origins (https://app.example.com) or * (default: none;\n"
     "                         also CRIER_CORS_ORIGIN)\n"
-    "  --healthz-max-lag D    /healthz fails when the oldest due event has waited longer\n"
+    "  --healthz-max-lag D    /healthz and /readyz fail when the oldest due event (or\n"
+    "                         delivery) has waited longer; and while no worker is alive\n"
     "                         (default 60s)\n"
     "  --stream-keepalive D   comment line interval on live feeds (GET /v1/feed/stream,\n"
     "                         Server-Sent Events; default 15s)\n"
@@ -105,11 +111,13 @@ enum {
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
     SERVE_OPT_HEARTBEAT,
+    SERVE_OPT_NO_WORKERS,
 };
 
 typedef struct {
     crier_engine_config cfg;
     bool migrate;
+    bool no_workers; /* the HTTP API only */
     int timeout_ms;
     crier_http_server_options http;
 } serve_args;
@@ -159,6 +167,9 @@ static int serve_option(void *ud, int opt, const char *arg)
         return crier_cli_positive_int("serve", "timeout-ms", arg, 3600000, &a->timeout_ms);
     case 'x':
         a->cfg.exit_when_idle = true;
+        return 0;
+    case SERVE_OPT_NO_WORKERS:
+        a->no_workers = true;
         return 0;
     case 'n':
         a->migrate = false;
@@ -329,6 +340,43 @@ static int serve_check_schema(const char *conninfo, char *err, size_t err_len)
     return rc;
 }
 
+static void serve_api_signal_cb(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    (void)revents;
+    if (w->signum == SIGHUP) {
+        crier_info("serve", "SIGHUP: reloading the API's rules");
+        crier_http_server_rules_changed(w->data, NULL);
+        return;
+    }
+    crier_info("serve", "stopping the HTTP API");
+    ev_break(loop, EVBREAK_ALL);
+}
+
+/* --no-workers: the HTTP API runs on its threads; this thread waits for
+ * SIGTERM/SIGINT (stop) and SIGHUP (reload the API's rules). */
+static int serve_api_only(crier_http_server *api)
+{
+    struct ev_loop *loop = ev_default_loop(EVFLAG_AUTO);
+    ev_signal term, intr, hup;
+    if (!loop) {
+        crier_cli_error("serve", "cannot create the event loop");
+        return -1;
+    }
+    ev_signal_init(&term, serve_api_signal_cb, SIGTERM);
+    ev_signal_init(&intr, serve_api_signal_cb, SIGINT);
+    ev_signal_init(&hup, serve_api_signal_cb, SIGHUP);
+    term.data = intr.data = hup.data = api;
+    ev_signal_start(loop, &term);
+    ev_signal_start(loop, &intr);
+    ev_signal_start(loop, &hup);
+    crier_info("serve", "serving the HTTP API only (--no-workers): other crier serve processes do the work");
+    ev_run(loop, 0);
+    ev_signal_stop(loop, &term);
+    ev_signal_stop(loop, &intr);
+    ev_signal_stop(loop, &hup);
+    return 0;
+}
+
 int crier_cmd_serve(int argc, char **argv)
 {
     static const struct option options[] = {CLI_COMMON_OPTIONS,
@@ -346,6 +394,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
                                             {"heartbeat", required_argument, NULL, SERVE_OPT_HEARTBEAT},
+                                            {"no-workers", no_argument, NULL, SERVE_OPT_NO_WORKERS},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},
@@ -414,6 +463,10 @@ int crier_cmd_serve(int argc, char **argv)
                         crier_cli_bundled_rules());
         goto out;
     }
+    if (a.no_workers && !a.http.listen) {
+        crier_cli_error("serve", "--no-workers serves the HTTP API only: give --http HOST:PORT too (or CRIER_HTTP)");
+        goto out;
+    }
     rc = 1;
     cfg->webhook.total_timeout_ms = a.timeout_ms;
     /* The rules must load (directory, Lua library, settings) before anything
@@ -456,6 +509,8 @@ int crier_cmd_serve(int argc, char **argv)
         a.http.rules_dir = cli.rules_dir;
         a.http.settings = cli.settings;
         a.http.n_settings = cli.n_settings;
+        /* this process's own first heartbeat comes after the API starts */
+        a.http.worker_grace = a.no_workers ? 0 : 3 * cfg->heartbeat_interval + 2;
         api = crier_http_server_start(&a.http, err, sizeof err);
         if (!api) {
             crier_cli_error("serve", "%s", err);
@@ -465,7 +520,9 @@ int crier_cmd_serve(int argc, char **argv)
         cfg->on_rules_reloaded = crier_http_server_rules_changed;
         cfg->on_rules_reloaded_ud = api;
     }
-    if (crier_engine_run(cfg, NULL, err, sizeof err) < 0)
+    if (a.no_workers)
+        rc = serve_api_only(api);
+    else if (crier_engine_run(cfg, NULL, err, sizeof err) < 0)
         crier_cli_error("serve", "%s", err);
     else
         rc = 0;
