@@ -1,6 +1,8 @@
-/* http_handlers.h — the HTTP API's endpoints, one function each, in three
+/* http_handlers.h — the HTTP API's endpoints, one function each, in four
  * files: intake and tokens (http_handlers_events.c), a person's feed
- * (http_handlers_feed.c), the operator's endpoints (http_handlers_ops.c).
+ * (http_handlers_feed.c), the operator's endpoints (http_handlers_ops.c)
+ * and the operator's status page (http_handlers_status.c, its access in
+ * http_operator.h).
  * The router (http_router.c) calls them after authenticating the request,
  * inside its transaction where the route says so.
  *
@@ -29,5 +31,8 @@ int crier_http_dead_list(crier_http_request *r);         /* GET /v1/dead */
 int crier_http_dead_replay(crier_http_request *r);       /* POST /v1/dead/replay */
 int crier_http_metrics(crier_http_request *r);           /* GET /metrics */
 int crier_http_healthz(crier_http_request *r);           /* GET /healthz, GET /readyz */
+int crier_http_status_page(crier_http_request *r);       /* GET /, GET /status (HTML) */
+int crier_http_status_json(crier_http_request *r);       /* GET /status.json */
+int crier_http_status_replay(crier_http_request *r);     /* POST /status/replay */
 
 #endif

@@ -50,6 +50,8 @@ typedef struct {
     double healthz_max_lag;             /* seconds the oldest due event or delivery may wait */
     double no_worker_check_from;        /* monotonic seconds from which /healthz requires a live
                                            worker (the server's start plus its worker grace) */
+    const char *operator_key;           /* the status page's key (http_operator.h); NULL:
+                                           loopback clients only */
 } crier_http_context;
 
 /* One request, from its headers to the completed response. */
@@ -90,6 +92,8 @@ typedef struct crier_http_request {
     struct crier_http_stream *stream; /* a live feed: the response is this stream */
     bool responded;                   /* queued early (an oversized upload) */
     bool stream_slot;                 /* holds a live-feed slot (http_guard.h) until it completes */
+    bool page;                        /* an HTML page: sent with a Content-Security-Policy that
+                                         allows only its own inline script and style, no framing */
 } crier_http_request;
 
 /* Sets the response: status and a JSON (or content_type) body of len bytes,

@@ -10,6 +10,7 @@
 #include "http_cors.h"
 #include "http_guard.h"
 #include "http_handlers.h"
+#include "http_operator.h"
 #include "http_query.h"
 #include "http_stream.h"
 
@@ -19,8 +20,18 @@
 #include <strings.h>
 
 /* ROUTE_USER_QUERY: like ROUTE_KEY_OR_USER, and a user token may come in
- * ?access_token= (a browser's EventSource cannot send headers) */
-enum { ROUTE_PUBLIC, ROUTE_KEY, ROUTE_KEY_OR_USER, ROUTE_USER_QUERY };
+ * ?access_token= (a browser's EventSource cannot send headers).
+ * ROUTE_OPERATOR_*: the status page, checked by http_operator.h before any
+ * database work (PAGE: the HTML, READ: its data, ACTION: a change). */
+enum {
+    ROUTE_PUBLIC,
+    ROUTE_KEY,
+    ROUTE_KEY_OR_USER,
+    ROUTE_USER_QUERY,
+    ROUTE_OPERATOR_PAGE,
+    ROUTE_OPERATOR_READ,
+    ROUTE_OPERATOR_ACTION
+};
 
 typedef struct {
     const char *method;
@@ -51,6 +62,11 @@ static const route_entry routes[] = {
     {"GET", "/metrics", "/metrics", ROUTE_PUBLIC, false, crier_http_metrics},
     {"GET", "/healthz", "/healthz", ROUTE_PUBLIC, false, crier_http_healthz},
     {"GET", "/readyz", "/readyz", ROUTE_PUBLIC, false, crier_http_healthz},
+    {"GET", "/", "/", ROUTE_OPERATOR_PAGE, false, crier_http_status_page},
+    {"GET", "/status", "/status", ROUTE_OPERATOR_PAGE, false, crier_http_status_page},
+    {"GET", "/status.json", "/status.json", ROUTE_OPERATOR_READ, true, crier_http_status_json},
+    {"POST", "/status/replay", "/status/replay", ROUTE_OPERATOR_ACTION, true,
+     crier_http_status_replay},
 };
 #define N_ROUTES (sizeof routes / sizeof routes[0])
 
@@ -209,11 +225,17 @@ void crier_http_route_dispatch(crier_http_request *r, char *allow, size_t allow_
                          CRIER_HTTP_JSON_MAX_DEPTH, CRIER_HTTP_JSON_MAX_DEPTH);
         return;
     }
+    if (route->auth >= ROUTE_OPERATOR_PAGE &&
+        crier_http_operator_check(r, route->auth == ROUTE_OPERATOR_PAGE   ? CRIER_OPERATOR_PAGE
+                                     : route->auth == ROUTE_OPERATOR_READ ? CRIER_OPERATOR_READ
+                                                                          : CRIER_OPERATOR_ACTION) < 0)
+        goto out;
     if (route->txn) {
         if (crier_http_txn_begin(r) < 0)
             goto out;
         r->query_token = route->auth == ROUTE_USER_QUERY;
-        if (route->auth != ROUTE_PUBLIC && crier_http_authenticate(r, route->auth != ROUTE_KEY) < 0)
+        if (route->auth != ROUTE_PUBLIC && route->auth < ROUTE_OPERATOR_PAGE &&
+            crier_http_authenticate(r, route->auth != ROUTE_KEY) < 0)
             goto out;
     }
     /* a live feed holds its connection for hours: only so many at once, so
@@ -268,6 +290,14 @@ enum MHD_Result crier_http_route_respond(crier_http_request *r, const char *allo
     MHD_add_response_header(resp, "X-Request-Id", id);
     if (r->status == 401)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (r->page) {
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                                "'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+        MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    }
     if (allow)
         MHD_add_response_header(resp, "Allow", allow);
     if (r->replayed)

@@ -332,6 +332,7 @@ crier_http_server *crier_http_server_start(const crier_http_server_options *opts
     server_raise_fd_limit((rlim_t)max_connections + 256);
     ctx->max_body = opts->max_body > 0 ? opts->max_body : SERVER_DEFAULT_MAX_BODY;
     ctx->healthz_max_lag = opts->healthz_max_lag > 0 ? opts->healthz_max_lag : 60.0;
+    ctx->operator_key = opts->operator_key && *opts->operator_key ? opts->operator_key : NULL;
     ctx->no_worker_check_from = crier_clock_s() + (opts->worker_grace > 0 ? opts->worker_grace : 0);
     if (!(ctx->stats = crier_http_stats_new(crier_http_route_count()))) {
         crier_set_error(err, err_len, "out of memory");

@@ -65,6 +65,8 @@ typedef struct {
     const crier_setting *settings; /* kept, not copied: must outlive the server */
     size_t n_settings;
     double stream_keepalive; /* seconds between comment lines on live feeds (default 15) */
+    const char *operator_key; /* the status page's Bearer key (http_operator.h), kept, not
+                                 copied; NULL: the page answers loopback clients only */
 } crier_http_server_options;
 
 typedef struct crier_http_server crier_http_server;

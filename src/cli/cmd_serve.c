@@ -2,6 +2,7 @@
  * configured database or the embedded default. */
 #include "cli.h"
 #include "engine.h"
+#include "http_operator.h"
 #include "http_server.h"
 #include "log.h"
 #include "migrate.h"
@@ -95,7 +96,11 @@ static const char serve_help[] =
     "                         (default 60s)\n"
     "  --stream-keepalive D   comment line interval on live feeds (GET /v1/feed/stream,\n"
     "                         Server-Sent Events; default 15s)\n"
-    "durations (D) take a unit: 90, 1.5s, 250ms, 10m, 2h, 5d.\n";
+    "  --operator-key KEY     the status page (http://HOST:PORT/ or /status) and its\n"
+    "                         data (/status.json) need Authorization: Bearer KEY, from\n"
+    "                         any address (at least 16 characters; prefer the\n"
+    "                         environment: CRIER_OPERATOR_KEY). Without it the status\n"
+    "                         page answers loopback clients only\n"    "durations (D) take a unit: 90, 1.5s, 250ms, 10m, 2h, 5d.\n";
 
 enum {
     SERVE_OPT_HTTP = 2000,
@@ -112,6 +117,7 @@ enum {
     SERVE_OPT_BATCH_BUDGET,
     SERVE_OPT_HEARTBEAT,
     SERVE_OPT_NO_WORKERS,
+    SERVE_OPT_OPERATOR_KEY,
 };
 
 typedef struct {
@@ -268,6 +274,17 @@ static int serve_option(void *ud, int opt, const char *arg)
         return crier_cli_duration("serve", "batch-budget", arg, &a->cfg.fanout.batch_budget);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
+    case SERVE_OPT_OPERATOR_KEY:
+        if (strlen(arg) < CRIER_OPERATOR_KEY_MIN || crier_http_has_controls(arg, strlen(arg)) ||
+            strchr(arg, ' ')) {
+            crier_cli_error("serve",
+                            "--operator-key (or CRIER_OPERATOR_KEY) expects at least %d characters "
+                            "without spaces (e.g. openssl rand -hex 24)",
+                            CRIER_OPERATOR_KEY_MIN);
+            return -1;
+        }
+        a->http.operator_key = arg;
+        return 0;
     }
     return -1;
 }
@@ -413,6 +430,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"http-max-per-address", required_argument, NULL, SERVE_OPT_HTTP_MAX_PER_ADDRESS},
                                             {"http-read-timeout", required_argument, NULL, SERVE_OPT_HTTP_READ_TIMEOUT},
                                             {"http-max-streams", required_argument, NULL, SERVE_OPT_HTTP_MAX_STREAMS},
+                                            {"operator-key", required_argument, NULL, SERVE_OPT_OPERATOR_KEY},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     serve_args a;
@@ -439,6 +457,11 @@ int crier_cmd_serve(int argc, char **argv)
         goto out;
     }
     a.http.cors_origins = getenv("CRIER_CORS_ORIGIN");
+    if (getenv("CRIER_OPERATOR_KEY") && *getenv("CRIER_OPERATOR_KEY") &&
+        serve_option(&a, SERVE_OPT_OPERATOR_KEY, getenv("CRIER_OPERATOR_KEY")) < 0) {
+        rc = 2;
+        goto out;
+    }
     if (getenv("CRIER_ALLOW_TARGETS")) {
         char why[256];
         if (crier_target_parse_allow(getenv("CRIER_ALLOW_TARGETS"), &cfg->webhook.allow_targets, why,
