@@ -94,6 +94,14 @@ CREATE FUNCTION crier.api_replay_dead(p_tenant text, p_type text, p_channel text
     AS $$ … $$; -- the body: sql/functions/api_replay_dead.sql
 
 --
+-- Name: api_status(integer, bigint, integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.api_status(p_minutes integer DEFAULT 15, p_window bigint DEFAULT 200000, p_dead_limit integer DEFAULT 20) RETURNS json
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/api_status.sql
+
+--
 -- Name: api_tenant_secret(text); Type: FUNCTION; Schema: crier; Owner: -
 --
 
