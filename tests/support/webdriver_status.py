@@ -60,10 +60,9 @@ class Driver:
             if e:
                 return e
             time.sleep(0.2)
-        error = self.find("#error")
-        page_error = self.s("GET", f"/element/{error}/text") if error else ""
+        lines = [self.text(e) if e else "" for e in (self.find("#error"), self.find("#flash"))]
         raise RuntimeError(f"the page never showed {what} ({selector}) in {timeout} s; "
-                           f"its error line: {page_error!r}")
+                           f"its error and message lines: {lines!r}")
 
     def text(self, element):
         return self.s("GET", f"/element/{element}/text")
