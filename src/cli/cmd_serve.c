@@ -60,6 +60,8 @@ static const char serve_help[] =
     "  --email-from ADDRESS   From address when a rule gives none\n"
     "  --kafka-brokers LIST   bootstrap servers (host:port,...) for the kafka channel\n"
     "  --exit-when-idle       exit once no event or delivery is due\n"
+    "  --no-deliver           fan out only: create deliveries but send none (another\n"
+    "                         crier serve's delivery worker sends them)\n"
     "  --no-migrate           do not apply pending migrations at start (a database\n"
     "                         that lacks them is refused: run crier migrate)\n"
     "\n"
@@ -102,6 +104,7 @@ enum {
     SERVE_OPT_HTTP_MAX_STREAMS,
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
+    SERVE_OPT_NO_DELIVER,
 };
 
 typedef struct {
@@ -250,6 +253,9 @@ static int serve_option(void *ud, int opt, const char *arg)
         return crier_cli_duration("serve", "slow-rule", arg, &a->cfg.fanout.slow_after);
     case SERVE_OPT_BATCH_BUDGET:
         return crier_cli_duration("serve", "batch-budget", arg, &a->cfg.fanout.batch_budget);
+    case SERVE_OPT_NO_DELIVER:
+        a->cfg.delivery.parked = true;
+        return 0;
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     }
@@ -340,6 +346,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"event-attempts", required_argument, NULL, 'R'},
                                             {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
+                                            {"no-deliver", no_argument, NULL, SERVE_OPT_NO_DELIVER},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},
