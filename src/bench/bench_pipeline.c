@@ -44,7 +44,8 @@
 
 static const char bench_pipeline_help[] =
     "usage: crier bench pipeline [--events N] [--recipients K] [--workers LIST] [--repeat R]\n"
-    "                            [--batch-size B] [--send] [--keep] [--json]\n"
+    "                            [--batch-size B] [--fanout-connections C] [--send] [--keep]\n"
+    "                            [--json]\n"
     "                            [--database URL] [--lua-dir DIR]\n"
     "\n"
     "Emits N events of K recipients (one webhook each) and lets W `crier serve\n"
@@ -63,7 +64,8 @@ static const char bench_pipeline_help[] =
     "(its crier tables are EMPTIED; refused if they hold another tenant's events);\n"
     "CRIER_DATABASE_URL is ignored.\n"
     "--keep keeps the work directory (serve logs, rules).\n"
-    "Defaults: N=20000, K=5, LIST=1,2, R=3, B: serve's default (500).\n";
+    "--batch-size and --fanout-connections are passed to each crier serve.\n"
+    "Defaults: N=20000, K=5, LIST=1,2, R=3, B and C: serve's defaults.\n";
 
 #define BENCH_TENANT "bench"
 #define BENCH_TYPE "bench.fan"
@@ -72,7 +74,7 @@ static const char bench_pipeline_help[] =
 #define MAX_STATEMENTS 12
 
 typedef struct {
-    int events, recipients, repeat, batch_size;
+    int events, recipients, repeat, batch_size, fanout_connections;
     int workers[MAX_WORKER_COUNTS];
     int n_workers;
     bool send, json, keep;
@@ -87,6 +89,7 @@ typedef struct {
 /* Figures of one worker count over the runs. */
 typedef struct {
     double *crier, *copy, *ratio, *delivered, *db_busy;
+    double slowed; /* events the serves handed to their slow lane, all runs */
     bench_statement st[MAX_STATEMENTS * 4];
     int n_st;
     double all_ms; /* the server's time over every statement, all runs */
@@ -185,10 +188,11 @@ static int bench_reset(bench_ctx *b)
 /* Starts w serves and waits for all of them to exit. Returns 0 or -1. */
 static int bench_run_serves(bench_ctx *b, int w)
 {
-    char logs[MAX_WORKERS][400], batch[16];
+    char logs[MAX_WORKERS][400], batch[16], conns[16];
     int rc = 0;
 
     snprintf(batch, sizeof batch, "%d", b->o.batch_size);
+    snprintf(conns, sizeof conns, "%d", b->o.fanout_connections);
     for (int i = 0; i < w; i++) {
         char *argv[24];
         int n = 0;
@@ -209,6 +213,10 @@ static int bench_run_serves(bench_ctx *b, int w)
         if (b->o.batch_size > 0) {
             argv[n++] = "--batch-size";
             argv[n++] = batch;
+        }
+        if (b->o.fanout_connections > 0) {
+            argv[n++] = "--fanout-connections";
+            argv[n++] = conns;
         }
         argv[n] = NULL;
         snprintf(logs[i], sizeof logs[i], "%s/serve-%d.log", b->dir, ++b->n_logs);
@@ -388,9 +396,13 @@ static int bench_run(bench_ctx *b, int w, bench_series *s, int i)
             "SELECT (SELECT count(*) FROM crier.events WHERE state = 'done'),"
             " (SELECT count(*) FROM crier.notifications), (SELECT count(*) FROM crier.deliveries),"
             " (SELECT count(*) FROM crier.deliveries WHERE state = 'delivered'),"
-            " (SELECT count(*) FROM crier.deliveries WHERE state = 'pending')",
-            v, 5) < 0)
+            " (SELECT count(*) FROM crier.deliveries WHERE state = 'pending'),"
+            " (SELECT count(*) FROM crier.events WHERE lane = 1)",
+            v, 6) < 0)
         return -1;
+    /* a rule that ran past serve's --slow-rule (a busy machine can stall a
+     * process that long) sends its type to the slow lane's small batches */
+    s->slowed += v[5];
     if ((long)v[0] != b->o.events || (long)v[1] != rows || (long)v[2] != rows ||
         (long)(b->o.send ? v[3] : v[4]) != rows) {
         crier_cli_error("bench",
@@ -506,6 +518,7 @@ static void bench_report(const bench_ctx *b, bench_series *series, double load)
             json_num("ratio_max", r.hi, 3);
             json_num("delivered_per_s", d.med, 0);
             json_num("db_busy_per_worker", busy.med, 3);
+            json_num("slow_lane_events", s->slowed, 0);
             printf("\"statements\": [");
             for (int j = 0; j < shown; j++) {
                 printf("%s{\"query\": ", j ? ", " : "");
@@ -523,6 +536,9 @@ static void bench_report(const bench_ctx *b, bench_series *series, double load)
         printf("  ratio: %.3f (min %.3f, max %.3f; median of the runs' crier/COPY)\n", r.med, r.lo, r.hi);
         if (o->send)
             printf("  delivered_per_s: %.0f (min %.0f, max %.0f)\n", d.med, d.lo, d.hi);
+        if (s->slowed > 0)
+            printf("  slow_lane_events: %.0f (events whose rule ran past --slow-rule, batched by 10: "
+                   "a busy machine)\n", s->slowed);
         if (b->stats) {
             printf("  db_busy_per_worker: %.2f (server time in statements / fan-out wall time / workers)\n",
                    busy.med);
@@ -571,6 +587,7 @@ static int bench_option(void *ud, int opt, const char *arg)
     case 'n': return crier_cli_positive_int("bench", "repeat", arg, 1000, &o->repeat);
     case 'b': return crier_cli_positive_int("bench", "batch-size", arg, 100000, &o->batch_size);
     case 'w': return parse_workers(o, arg);
+    case 'c': return crier_cli_positive_int("bench", "fanout-connections", arg, 8, &o->fanout_connections);
     case 's': o->send = true; return 0;
     case 'k': o->keep = true; return 0;
     case 'j': o->json = true; return 0;
@@ -586,6 +603,7 @@ int crier_bench_pipeline(int argc, char **argv)
                                             {"repeat", required_argument, NULL, 'n'},
                                             {"batch-size", required_argument, NULL, 'b'},
                                             {"workers", required_argument, NULL, 'w'},
+                                            {"fanout-connections", required_argument, NULL, 'c'},
                                             {"send", no_argument, NULL, 's'},
                                             {"keep", no_argument, NULL, 'k'},
                                             {"json", no_argument, NULL, 'j'},
@@ -599,7 +617,7 @@ int crier_bench_pipeline(int argc, char **argv)
 
     memset(&b, 0, sizeof b);
     memset(series, 0, sizeof series);
-    b.o = (bench_opts){20000, 5, 3, 0, {1, 2}, 2, false, false, false};
+    b.o = (bench_opts){20000, 5, 3, 0, 0, {1, 2}, 2, false, false, false};
     crier_cli_init(&b.cli);
     if (crier_cli_parse(&b.cli, bench_pipeline_help, argc, argv, options, bench_option, &b.o, &rc))
         goto out;

@@ -41,6 +41,9 @@ static const char serve_help[] =
     "                         (default 100ms)\n"
     "  --batch-budget D       rules time per fan-out batch; the events not planned by\n"
     "                         then wait for the next batch, untouched (default 2s)\n"
+    "  --fanout-connections N fan-out batches in flight at once, each on its own\n"
+    "                         connection: one batch's rules run while another's rows\n"
+    "                         are written (default 2, at most 8)\n"
     "  --max-inflight N       concurrent sends (default 256)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
@@ -105,6 +108,7 @@ enum {
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
     SERVE_OPT_NO_DELIVER,
+    SERVE_OPT_FANOUT_CONNECTIONS,
 };
 
 typedef struct {
@@ -256,6 +260,9 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_NO_DELIVER:
         a->cfg.delivery.parked = true;
         return 0;
+    case SERVE_OPT_FANOUT_CONNECTIONS:
+        return crier_cli_positive_int("serve", "fanout-connections", arg, CRIER_ENGINE_MAX_FANOUTS,
+                                      &a->cfg.fanout_connections);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     }
@@ -347,6 +354,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
                                             {"no-deliver", no_argument, NULL, SERVE_OPT_NO_DELIVER},
+                                            {"fanout-connections", required_argument, NULL, SERVE_OPT_FANOUT_CONNECTIONS},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},
