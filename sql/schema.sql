@@ -118,6 +118,38 @@ CREATE FUNCTION crier.apply_timing() RETURNS integer
     AS $$ … $$; -- the body: sql/functions/apply_timing.sql
 
 --
+-- Name: check_event_children(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_event_children() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_event_children.sql
+
+--
+-- Name: check_event_children_row(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_event_children_row() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_event_children_row.sql
+
+--
+-- Name: check_notification_children(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_notification_children() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_notification_children.sql
+
+--
+-- Name: check_notification_children_row(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_notification_children_row() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_notification_children_row.sql
+
+--
 -- Name: claim_deliveries(integer, integer, double precision); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -1214,6 +1246,18 @@ CREATE INDEX timers_due ON crier.timers USING btree (due_at) WHERE (state = 'pen
 CREATE TRIGGER audience_items_notify AFTER INSERT ON crier.audience_items REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION crier.feed_notify_audiences();
 
 --
+-- Name: events events_check_children_delete; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER events_check_children_delete AFTER DELETE ON crier.events REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION crier.check_event_children();
+
+--
+-- Name: events events_check_children_update; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER events_check_children_update AFTER UPDATE OF id ON crier.events FOR EACH ROW WHEN ((old.id IS DISTINCT FROM new.id)) EXECUTE FUNCTION crier.check_event_children_row();
+
+--
 -- Name: events events_notify; Type: TRIGGER; Schema: crier; Owner: -
 --
 
@@ -1256,6 +1300,18 @@ CREATE TRIGGER memberships_notify_insert AFTER INSERT ON crier.memberships REFER
 CREATE TRIGGER memberships_notify_update AFTER UPDATE ON crier.memberships REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION crier.feed_notify_people('m');
 
 --
+-- Name: notifications notifications_check_children_delete; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER notifications_check_children_delete AFTER DELETE ON crier.notifications REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION crier.check_notification_children();
+
+--
+-- Name: notifications notifications_check_children_update; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER notifications_check_children_update AFTER UPDATE OF id ON crier.notifications FOR EACH ROW WHEN ((old.id IS DISTINCT FROM new.id)) EXECUTE FUNCTION crier.check_notification_children_row();
+
+--
 -- Name: api_keys api_keys_tenant_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1277,13 +1333,6 @@ ALTER TABLE ONLY crier.deliveries
     ADD CONSTRAINT deliveries_digest_id_fkey FOREIGN KEY (digest_id) REFERENCES crier.digests(id);
 
 --
--- Name: deliveries deliveries_notification_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.deliveries
-    ADD CONSTRAINT deliveries_notification_id_fkey FOREIGN KEY (notification_id) REFERENCES crier.notifications(id);
-
---
 -- Name: delivery_attempts delivery_attempts_delivery_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1296,13 +1345,6 @@ ALTER TABLE ONLY crier.delivery_attempts
 
 ALTER TABLE ONLY crier.feed_items
     ADD CONSTRAINT feed_items_notification_id_fkey FOREIGN KEY (notification_id) REFERENCES crier.notifications(id);
-
---
--- Name: notifications notifications_event_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.notifications
-    ADD CONSTRAINT notifications_event_id_fkey FOREIGN KEY (event_id) REFERENCES crier.events(id);
 
 --
 -- PostgreSQL database dump complete

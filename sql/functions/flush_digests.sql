@@ -27,6 +27,13 @@ BEGIN
             CONTINUE;
         END IF;
         SELECT * INTO g FROM crier.digests WHERE id = p_digest_id[i];
+        -- the notification refers to its last event: locked as a foreign key would lock it
+        -- (sql/014: a concurrent DELETE waits, then finds the notification and fails)
+        PERFORM 1 FROM crier.events WHERE id = p_last_event_id[i] FOR KEY SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'digest %: its last event % does not exist', g.id, p_last_event_id[i]
+                USING ERRCODE = 'foreign_key_violation';
+        END IF;
         INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type, entity_id, recipient_id,
                                               discriminator, rules_version)
         VALUES (p_key_hash[i], p_key[i], p_last_event_id[i], g.tenant, g.event_type, g.digest_key, g.recipient_id,

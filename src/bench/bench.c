@@ -7,10 +7,13 @@
 #include <string.h>
 
 static const char bench_help[] =
-    "usage: crier bench fanout|deliver|feed|timers [options]   (crier bench BENCHMARK --help)\n"
+    "usage: crier bench fanout|pipeline|deliver|feed|timers [options]   (crier bench BENCHMARK --help)\n"
     "\n"
     "benchmarks:\n"
     "  fanout   fan-out rows/s (keys + idempotent batch insert + RETURNING) vs raw COPY\n"
+    "  pipeline the whole fan-out of crier serve (rules, claim, locks, keys, rows, events\n"
+    "           done; 1 and 2 workers) vs a raw COPY of the rows it produced, with each\n"
+    "           statement's share of the server's time\n"
     "  deliver  webhook deliveries/s to a local nginx and p50/p99 commit-to-receiver latency\n"
     "           vs the SQL floor (the same claims and results with no send)\n"
     "  feed     p50/p99 of a feed's first page, a deep page, the unread count and\n"
@@ -27,6 +30,8 @@ int crier_cmd_bench(int argc, char **argv)
     }
     if (!strcmp(argv[1], "fanout"))
         return crier_bench_fanout(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "pipeline"))
+        return crier_bench_pipeline(argc - 1, argv + 1);
     if (!strcmp(argv[1], "deliver"))
         return crier_bench_deliver(argc - 1, argv + 1);
     if (!strcmp(argv[1], "feed"))

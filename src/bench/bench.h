@@ -12,6 +12,7 @@ int crier_cmd_bench(int argc, char **argv);
 
 /* The benchmarks: argv[0] is the benchmark's name. Each returns the exit status. */
 int crier_bench_fanout(int argc, char **argv);
+int crier_bench_pipeline(int argc, char **argv);
 int crier_bench_deliver(int argc, char **argv);
 int crier_bench_feed(int argc, char **argv);
 int crier_bench_timers(int argc, char **argv);

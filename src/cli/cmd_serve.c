@@ -44,6 +44,9 @@ static const char serve_help[] =
     "                         (default 100ms)\n"
     "  --batch-budget D       rules time per fan-out batch; the events not planned by\n"
     "                         then wait for the next batch, untouched (default 2s)\n"
+    "  --fanout-connections N fan-out batches in flight at once, each on its own\n"
+    "                         connection: one batch's rules run while another's rows\n"
+    "                         are written (default 2, at most 8)\n"
     "  --max-inflight N       concurrent sends (default 256)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
@@ -68,6 +71,8 @@ static const char serve_help[] =
     "  --no-workers           serve the HTTP API only (needs --http): no fan-out, timers or\n"
     "                         delivery in this process, which is then no worker (other\n"
     "                         crier serve processes do the work); its rules reload on SIGHUP\n"
+    "  --no-deliver           fan out only: create deliveries but send none (another\n"
+    "                         crier serve's delivery worker sends them)\n"
     "  --no-migrate           do not apply pending migrations at start (a database\n"
     "                         that lacks them is refused: run crier migrate)\n"
     "\n"
@@ -118,6 +123,8 @@ enum {
     SERVE_OPT_HEARTBEAT,
     SERVE_OPT_NO_WORKERS,
     SERVE_OPT_OPERATOR_KEY,
+    SERVE_OPT_NO_DELIVER,
+    SERVE_OPT_FANOUT_CONNECTIONS,
 };
 
 typedef struct {
@@ -272,6 +279,12 @@ static int serve_option(void *ud, int opt, const char *arg)
         return crier_cli_duration("serve", "slow-rule", arg, &a->cfg.fanout.slow_after);
     case SERVE_OPT_BATCH_BUDGET:
         return crier_cli_duration("serve", "batch-budget", arg, &a->cfg.fanout.batch_budget);
+    case SERVE_OPT_NO_DELIVER:
+        a->cfg.delivery.parked = true;
+        return 0;
+    case SERVE_OPT_FANOUT_CONNECTIONS:
+        return crier_cli_positive_int("serve", "fanout-connections", arg, CRIER_ENGINE_MAX_FANOUTS,
+                                      &a->cfg.fanout_connections);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     case SERVE_OPT_OPERATOR_KEY:
@@ -412,6 +425,8 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
                                             {"heartbeat", required_argument, NULL, SERVE_OPT_HEARTBEAT},
                                             {"no-workers", no_argument, NULL, SERVE_OPT_NO_WORKERS},
+                                            {"no-deliver", no_argument, NULL, SERVE_OPT_NO_DELIVER},
+                                            {"fanout-connections", required_argument, NULL, SERVE_OPT_FANOUT_CONNECTIONS},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},

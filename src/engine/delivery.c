@@ -591,7 +591,7 @@ static void delivery_extend_leases(crier_delivery *d)
 
 static bool delivery_can_claim(const crier_delivery *d)
 {
-    return d->want_claim && !d->stopping && d->opts.max_inflight - d->inflight > 0;
+    return d->want_claim && !d->stopping && !d->opts.parked && d->opts.max_inflight - d->inflight > 0;
 }
 
 /* Does the next database step on the worker's one connection: write pending
@@ -675,6 +675,8 @@ void crier_delivery_kick(crier_delivery *d)
 
 bool crier_delivery_idle(const crier_delivery *d)
 {
+    if (d->opts.parked)
+        return d->state == DELIVERY_IDLE && d->n_results == 0;
     return d->state == DELIVERY_IDLE && d->inflight == 0 && d->n_results == 0 && d->last_empty &&
            !d->want_claim && !ev_is_active(&d->retry);
 }

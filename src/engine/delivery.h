@@ -57,6 +57,8 @@ typedef struct {
     const char *email_username, *email_password; /* SMTP AUTH, or NULL */
     const char *email_from;  /* From: when the rule gives none */
     bool no_send;        /* benchmark floor only: complete every claim as delivered without sending */
+    bool parked;         /* claim nothing: deliveries stay pending for another process's
+                            worker (crier serve --no-deliver, crier bench pipeline) */
 } crier_delivery_options;
 
 typedef struct {

@@ -23,8 +23,12 @@
 typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg_fanout, *pg_listen, *pg_timers;
-    crier_fanout *fanout;            /* the fast lane, on this loop */
+    crier_pg *pg_fanout[CRIER_ENGINE_MAX_FANOUTS], *pg_listen, *pg_timers;
+    /* the fast lane, on this loop: n_fanouts workers, each with its own
+     * connection and generation, so that one batch's rules run while another's
+     * statements run (they claim apart: SKIP LOCKED, advisory locks) */
+    crier_fanout *fanout[CRIER_ENGINE_MAX_FANOUTS];
+    int n_fanouts;
     crier_timers *timers;            /* the timer worker, on this loop */
     crier_fanout_thread *slow;       /* the slow lane, on its own thread and loop */
     crier_delivery_thread *delivery; /* the delivery side, on its own thread and loop */
@@ -109,8 +113,12 @@ static void engine_write_status(engine *e)
         return;
     crier_pg_params *p = &e->status_params;
     const crier_rules_reloader *rl = &e->reloader;
-    int fast = e->fanout ? crier_fanout_in_flight(e->fanout) : 0, slow = 0, sending = 0;
-    uint64_t done = e->fanout ? crier_fanout_get_stats(e->fanout)->events_done : 0, slow_done = 0, claimed = 0;
+    int fast = 0, slow = 0, sending = 0;
+    uint64_t done = 0, slow_done = 0, claimed = 0;
+    for (int i = 0; i < e->n_fanouts; i++) {
+        fast += crier_fanout_in_flight(e->fanout[i]);
+        done += crier_fanout_get_stats(e->fanout[i])->events_done;
+    }
     if (e->slow)
         crier_fanout_thread_activity(e->slow, &slow, &slow_done);
     if (e->delivery)
@@ -207,9 +215,31 @@ static void engine_watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents)
     engine_notify(w->data, "WATCHDOG=1");
 }
 
+static void engine_kick_fanouts(engine *e)
+{
+    for (int i = 0; i < e->n_fanouts; i++)
+        crier_fanout_kick(e->fanout[i]);
+}
+
+static bool engine_fanouts_idle(const engine *e)
+{
+    for (int i = 0; i < e->n_fanouts; i++)
+        if (!crier_fanout_idle(e->fanout[i]))
+            return false;
+    return true;
+}
+
+static bool engine_fanouts_between_batches(const engine *e)
+{
+    for (int i = 0; i < e->n_fanouts; i++)
+        if (!crier_fanout_between_batches(e->fanout[i]))
+            return false;
+    return true;
+}
+
 static void engine_kick_all(engine *e)
 {
-    crier_fanout_kick(e->fanout);
+    engine_kick_fanouts(e);
     crier_timers_kick(e->timers);
     crier_fanout_thread_kick(e->slow);
     crier_delivery_thread_kick(e->delivery);
@@ -220,7 +250,7 @@ static void engine_on_notify(void *ud, const char *channel, const char *payload)
     engine *e = ud;
     (void)payload;
     if (!strcmp(channel, "crier_events")) {
-        crier_fanout_kick(e->fanout);
+        engine_kick_fanouts(e);
         crier_fanout_thread_kick(e->slow);
     } else if (!strcmp(channel, "crier_timers"))
         crier_timers_kick(e->timers);
@@ -305,12 +335,12 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
     engine *e = w->data;
     (void)revents;
     if (e->stopping) {
-        if (crier_fanout_between_batches(e->fanout) && crier_timers_between_passes(e->timers) &&
+        if (engine_fanouts_between_batches(e) && crier_timers_between_passes(e->timers) &&
             crier_fanout_thread_finished(e->slow) && crier_delivery_thread_finished(e->delivery))
             ev_break(loop, EVBREAK_ALL);
         return;
     }
-    if (e->cfg->exit_when_idle && crier_fanout_idle(e->fanout) && crier_timers_idle(e->timers) &&
+    if (e->cfg->exit_when_idle && engine_fanouts_idle(e) && crier_timers_idle(e->timers) &&
         crier_fanout_thread_idle(e->slow) && crier_delivery_thread_idle(e->delivery))
         ev_break(loop, EVBREAK_ALL);
 }
@@ -323,20 +353,29 @@ static void engine_stop(engine *e)
     crier_info("engine", "stopping: no new claims; letting in-flight work finish (deadline %.0fs)",
                e->cfg->shutdown_deadline);
     engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
-    crier_fanout_stop(e->fanout);
+    for (int i = 0; i < e->n_fanouts; i++)
+        crier_fanout_stop(e->fanout[i]);
     crier_timers_stop(e->timers);
     crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
     ev_timer_stop(e->loop, &e->poll);
 }
 
-/* Gives the slow lane and the timer worker their own generations of the
- * version just loaded (a lua_State serves one worker); when that fails one
- * keeps its old one until the next reload, and says so. */
+/* Gives the other fast-lane workers, the slow lane and the timer worker their
+ * own generations of the version just loaded (a lua_State serves one worker);
+ * when that fails one keeps its old one until the next reload, and says so. */
 static void engine_reload_copies(engine *e)
 {
     char err[4096];
-    crier_rules *copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
+    crier_rules *copy;
+    for (int i = 1; i < e->n_fanouts; i++) {
+        copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
+        if (!copy)
+            crier_warn("rules", "fan-out worker %d keeps its rules until the next reload: %s", i + 1, err);
+        else
+            crier_fanout_set_rules(e->fanout[i], copy);
+    }
+    copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
     if (!copy) {
         crier_warn("rules", "the slow lane keeps its rules until the next reload: %s", err);
     } else {
@@ -375,7 +414,7 @@ static void engine_reload(engine *e, const char *why)
         e->status_dirty = true;
         crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why,
                    e->reloader.version);
-        crier_fanout_set_rules(e->fanout, rules);
+        crier_fanout_set_rules(e->fanout[0], rules);
         engine_reload_copies(e);
         if (cfg->on_rules_reloaded)
             cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->reloader.version);
@@ -496,20 +535,35 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     e.started_at = time(NULL);
     e.heartbeat_interval = cfg->heartbeat_interval > 0 ? cfg->heartbeat_interval : 5.0;
 
-    e.pg_fanout = crier_pg_connect(e.loop, cfg->conninfo, "fanout", err, err_len);
-    if (!e.pg_fanout)
-        goto out;
+    e.n_fanouts = cfg->fanout_connections > 0 ? cfg->fanout_connections : CRIER_ENGINE_DEFAULT_FANOUTS;
+    if (e.n_fanouts > CRIER_ENGINE_MAX_FANOUTS)
+        e.n_fanouts = CRIER_ENGINE_MAX_FANOUTS;
+    for (int i = 0; i < e.n_fanouts; i++) {
+        char name[16];
+        snprintf(name, sizeof name, i ? "fanout-%d" : "fanout", i + 1);
+        e.pg_fanout[i] = crier_pg_connect(e.loop, cfg->conninfo, name, err, err_len);
+        if (!e.pg_fanout[i])
+            goto out;
+    }
     e.pg_listen = crier_pg_connect(e.loop, cfg->conninfo, "listen", err, err_len);
     if (!e.pg_listen)
         goto out;
     crier_pg_on_notify(e.pg_listen, engine_on_notify, &e);
 
-    e.fanout = crier_fanout_new(e.loop, e.pg_fanout, rules, &cfg->fanout, engine_on_committed, &e);
-    if (!e.fanout) {
-        snprintf(err, err_len, "out of memory");
-        goto out;
+    for (int i = 0; i < e.n_fanouts; i++) {
+        crier_rules *own = i ? crier_rules_reloader_load_copy(&e.reloader, err, err_len) : rules;
+        if (!own)
+            goto out;
+        e.fanout[i] = crier_fanout_new(e.loop, e.pg_fanout[i], own, &cfg->fanout, engine_on_committed, &e);
+        if (!e.fanout[i]) {
+            if (i)
+                crier_rules_free(own);
+            snprintf(err, err_len, "out of memory");
+            goto out;
+        }
+        if (!i)
+            rules = NULL; /* owned by the fan-out worker now */
     }
-    rules = NULL; /* owned by the fan-out worker now */
     e.pg_timers = crier_pg_connect(e.loop, cfg->conninfo, "timers", err, err_len);
     if (!e.pg_timers)
         goto out;
@@ -574,7 +628,9 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
 
     {
         crier_delivery_stats ds;
-        crier_fanout_stats all = *crier_fanout_get_stats(e.fanout), *fs = &all;
+        crier_fanout_stats all = *crier_fanout_get_stats(e.fanout[0]), *fs = &all;
+        for (int i = 1; i < e.n_fanouts; i++)
+            crier_fanout_stats_add(&all, crier_fanout_get_stats(e.fanout[i]));
         crier_fanout_thread_join(e.slow, &all);
         e.slow = NULL;
         crier_delivery_thread_join(e.delivery, &ds);
@@ -611,11 +667,13 @@ out:
     ev_prepare_stop(e.loop, &e.before_sleep);
     crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
-    crier_fanout_free(e.fanout);
+    for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS; i++)
+        crier_fanout_free(e.fanout[i]);
     crier_timers_free(e.timers);
     crier_rules_free(rules);
     crier_pg_free(e.pg_listen);
-    crier_pg_free(e.pg_fanout);
+    for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS; i++)
+        crier_pg_free(e.pg_fanout[i]);
     crier_pg_free(e.pg_timers);
     crier_rules_query_free(e.query);
     return rc;

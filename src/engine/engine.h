@@ -20,6 +20,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#define CRIER_ENGINE_DEFAULT_FANOUTS 2
+#define CRIER_ENGINE_MAX_FANOUTS 8
+
 typedef struct crier_engine_config {
     const char *conninfo;
     /* the rules' queries' connection (crier_database_rules: an unprivileged
@@ -33,6 +36,11 @@ typedef struct crier_engine_config {
     const crier_setting *settings;
     size_t n_settings;
     crier_fanout_options fanout;
+    /* fast-lane fan-out workers on the main loop, each with its own connection
+     * and rules generation: while one batch's statements run, the next one's
+     * rules run (default CRIER_ENGINE_DEFAULT_FANOUTS, at most
+     * CRIER_ENGINE_MAX_FANOUTS) */
+    int fanout_connections;
     crier_delivery_options delivery;
     crier_webhook_options webhook;
     crier_email_options email;   /* used when delivery.email_url is set */

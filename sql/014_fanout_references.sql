@@ -1,0 +1,22 @@
+-- 014_fanout_references.sql — the fan-out's references, kept by the statements that write
+-- them instead of a query per inserted row (issue 12).
+--
+-- notifications.event_id → events.id and deliveries.notification_id → notifications.id were
+-- foreign keys: PostgreSQL checked each with one query per inserted row (RI triggers),
+-- 2 × 2,500 checks, about a quarter of the fan-out's write statement once JIT was off
+-- (docs/BENCHMARKS.md, Pipeline), to confirm what the writers already guarantee:
+--   - the fan-out (src/engine/fanout.c, SQL_WRITE) inserts notifications only for events its
+--     batch claimed FOR UPDATE and still holds, and deliveries only for the notifications the
+--     same statement inserted (JOIN on its RETURNING);
+--   - crier.flush_digests locks the digest's last event FOR KEY SHARE (as the foreign key
+--     did) before it inserts the notification, and its delivery from the RETURNING.
+-- Deletion stays refused as before (SQLSTATE 23503, foreign_key_violation): an event that
+-- notifications refer to, or a notification that deliveries refer to, cannot be deleted or
+-- change its id (functions/check_event_children.sql, check_notification_children.sql:
+-- one set-based check per statement). Because every writer holds its event locked, a
+-- concurrent DELETE waits for it and then sees the new rows. Not checked any more: an
+-- INSERT written by hand that names a missing parent, and TRUNCATE of a parent alone
+-- (truncate the children with it; TRUNCATE … CASCADE did and still does).
+-- tests/integration/fanout_references.sh tries each.
+ALTER TABLE crier.notifications DROP CONSTRAINT notifications_event_id_fkey;
+ALTER TABLE crier.deliveries DROP CONSTRAINT deliveries_notification_id_fkey;

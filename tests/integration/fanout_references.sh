@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# What guards notifications → events and deliveries → notifications since sql/014 dropped
+# their foreign keys (the fan-out's write statement and crier.flush_digests hold the parent;
+# statement-level triggers refuse deleting a referenced parent): a fanned-out event and its
+# notification cannot be deleted or renumbered (SQLSTATE 23503, as before); children first,
+# they can; a DELETE that races the fan-out waits for the batch and then fails; and after
+# a fan-out no row lacks its parent.
+. "$(dirname "$0")/../support/lib.sh"
+new_db
+start_receiver hooks
+
+sql "SELECT count(crier.emit('globex', 'invoice.created', 'inv_' || i,
+        jsonb_build_object('invoice_id', 'inv_' || i, 'amount_cents', i, 'currency', 'USD')))
+     FROM generate_series(1, 200) AS i" >/dev/null
+"$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --set "billing_webhook_url=$RECEIVER_URL" \
+    --exit-when-idle --no-deliver --batch-size 50 >"$WORK/serve.log" 2>&1 || fail "serve: $(tail "$WORK/serve.log")"
+assert_eq 200 "$(sql "SELECT count(*) FROM crier.events WHERE state = 'done'")" "events done"
+assert_eq 400 "$(sql "SELECT count(*) FROM crier.notifications")" "notifications (2 admins each)"
+assert_eq 400 "$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'pending'")" "parked deliveries"
+# No orphans: every notification has its event, every delivery its notification.
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.notifications n WHERE NOT EXISTS
+                    (SELECT 1 FROM crier.events e WHERE e.id = n.event_id)")" "notifications without their event"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.deliveries d WHERE NOT EXISTS
+                    (SELECT 1 FROM crier.notifications n WHERE n.id = d.notification_id)")" "deliveries without their notification"
+
+# expect_23503 "SQL": the statement fails with foreign_key_violation and changes nothing.
+expect_23503() {
+    local out
+    if out=$(psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "$1" 2>&1); then
+        fail "expected SQLSTATE 23503 from: $1 (it succeeded: $out)"
+    fi
+    case "$out" in
+    *23503*) note "refused as expected: $(echo "$out" | head -1)" ;;
+    *) fail "expected SQLSTATE 23503 from: $1, got: $out" ;;
+    esac
+}
+event=$(sql "SELECT min(id) FROM crier.events")
+notification=$(sql "SELECT min(id) FROM crier.notifications WHERE event_id = $event")
+expect_23503 "DELETE FROM crier.events WHERE id = $event"
+expect_23503 "DELETE FROM crier.events WHERE tenant = 'globex'"
+expect_23503 "UPDATE crier.events SET id = -id WHERE id = $event"
+expect_23503 "DELETE FROM crier.notifications WHERE id = $notification"
+expect_23503 "UPDATE crier.notifications SET id = -id WHERE id = $notification"
+assert_eq 200 "$(sql "SELECT count(*) FROM crier.events")" "events after the refused deletes"
+assert_eq 400 "$(sql "SELECT count(*) FROM crier.notifications")" "notifications after the refused deletes"
+
+# Children first, then the parents: allowed (what retention does).
+sql "WITH n AS (SELECT id FROM crier.notifications WHERE event_id = $event),
+          d AS (DELETE FROM crier.deliveries WHERE notification_id IN (SELECT id FROM n) RETURNING 1)
+     SELECT count(*) FROM d" >/dev/null
+sql "DELETE FROM crier.notifications WHERE event_id = $event"
+sql "DELETE FROM crier.events WHERE id = $event"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE id = $event")" "the event, deleted after its children"
+# An event without notifications, and a notification without deliveries, delete as before.
+sql "SELECT crier.emit('globex', 'invoice.created', 'lonely', '{\"invoice_id\": \"lonely\", \"amount_cents\": 1, \"currency\": \"USD\"}'::jsonb)" >/dev/null
+sql "DELETE FROM crier.events WHERE entity_id = 'lonely'"
+
+# A DELETE racing a fan-out batch: the batch holds its events (claimed FOR UPDATE), so the
+# DELETE waits until the batch commits, then finds the new notifications and fails.
+sql "SELECT crier.emit('globex', 'invoice.created', 'race', '{\"invoice_id\": \"race\", \"amount_cents\": 1, \"currency\": \"USD\"}'::jsonb)" >/dev/null
+race=$(sql "SELECT id FROM crier.events WHERE entity_id = 'race'")
+{
+    echo "BEGIN;"
+    echo "SELECT id FROM crier.events WHERE id = $race FOR UPDATE;"
+    echo "INSERT INTO crier.notifications (key_hash, key, event_id, tenant, event_type, entity_id, recipient_id)
+          VALUES (gen_random_uuid(), 'race-key', $race, 'globex', 'invoice.created', 'race', 'someone');"
+    echo "UPDATE crier.events SET state = 'done' WHERE id = $race;"
+    sleep 2
+    echo "COMMIT;"
+} | psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/batch.log" 2>&1 &
+batch=$!
+sleep 0.5
+start=$(date +%s%N)
+expect_23503 "DELETE FROM crier.events WHERE id = $race"
+waited=$((($(date +%s%N) - start) / 1000000))
+wait "$batch" || fail "the racing batch failed: $(cat "$WORK/batch.log")"
+[ "$waited" -ge 1000 ] || fail "the DELETE did not wait for the batch (it returned after $waited ms)"
+note "the DELETE waited $waited ms for the batch, then was refused"
+assert_eq 1 "$(sql "SELECT count(*) FROM crier.notifications WHERE event_id = $race")" "the racing batch's notification"
+echo "ok"
