@@ -44,6 +44,10 @@ static const char serve_help[] =
     "  --max-inflight N       concurrent sends (default 256)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
+    "  --awake-poll D         while awake, how often to look for new events with one\n"
+    "                         cheap query; emits do not NOTIFY then (default 2ms)\n"
+    "  --sleep-after D        idle time after which the daemon sleeps and emits\n"
+    "                         wake it with NOTIFY (default 100ms)\n"
     "  --timeout-ms N         webhook total timeout (default 15000)\n"
     "  --shutdown-deadline D  on SIGTERM, how long sends in flight may finish before\n"
     "                         they are released to other workers (default 10s)\n"
@@ -102,6 +106,8 @@ enum {
     SERVE_OPT_HTTP_MAX_STREAMS,
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
+    SERVE_OPT_AWAKE_POLL,
+    SERVE_OPT_SLEEP_AFTER,
 };
 
 typedef struct {
@@ -250,6 +256,10 @@ static int serve_option(void *ud, int opt, const char *arg)
         return crier_cli_duration("serve", "slow-rule", arg, &a->cfg.fanout.slow_after);
     case SERVE_OPT_BATCH_BUDGET:
         return crier_cli_duration("serve", "batch-budget", arg, &a->cfg.fanout.batch_budget);
+    case SERVE_OPT_AWAKE_POLL:
+        return crier_cli_duration("serve", "awake-poll", arg, &a->cfg.wake.awake_poll);
+    case SERVE_OPT_SLEEP_AFTER:
+        return crier_cli_duration("serve", "sleep-after", arg, &a->cfg.wake.sleep_after);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     }
@@ -340,6 +350,8 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"event-attempts", required_argument, NULL, 'R'},
                                             {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
+                                            {"awake-poll", required_argument, NULL, SERVE_OPT_AWAKE_POLL},
+                                            {"sleep-after", required_argument, NULL, SERVE_OPT_SLEEP_AFTER},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},

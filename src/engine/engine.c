@@ -8,6 +8,7 @@
 #include "rules_reload.h"
 #include "sd_notify.h"
 #include "timers.h"
+#include "wake.h"
 
 #include <ev.h>
 #include <limits.h>
@@ -23,7 +24,9 @@
 typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg_fanout, *pg_listen, *pg_timers;
+    crier_pg *pg_fanout, *pg_listen, *pg_timers, *pg_wake;
+    crier_wake *wake;                /* when emits must NOTIFY: while this daemon sleeps */
+    uint64_t seen_batches;           /* the fast lane's batches when before_sleep last looked */
     crier_fanout *fanout;            /* the fast lane, on this loop */
     crier_timers *timers;            /* the timer worker, on this loop */
     crier_fanout_thread *slow;       /* the slow lane, on its own thread and loop */
@@ -136,6 +139,20 @@ static void engine_kick_all(engine *e)
     crier_delivery_thread_kick(e->delivery);
 }
 
+static void engine_wake_kick(void *ud)
+{
+    engine *e = ud;
+    crier_fanout_kick(e->fanout);
+}
+
+/* The fast lane is between batches: the daemon may fall asleep (its last
+ * look, after the lock is granted, claims whatever is left). */
+static bool engine_wake_idle(void *ud)
+{
+    engine *e = ud;
+    return crier_fanout_between_batches(e->fanout);
+}
+
 static void engine_on_notify(void *ud, const char *channel, const char *payload)
 {
     engine *e = ud;
@@ -181,6 +198,7 @@ static void engine_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     if (!crier_pg_ok(e->pg_listen) && crier_pg_reconnect(e->pg_listen) == 0)
         engine_listen(e);
+    crier_wake_poll(e->wake);
     if (!e->stopping)
         engine_kick_all(e);
     engine_write_status(e);
@@ -225,6 +243,11 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
 {
     engine *e = w->data;
     (void)revents;
+    if (crier_fanout_get_stats(e->fanout)->batches != e->seen_batches) {
+        /* the fast lane found work since the last pass: stay (or wake) up */
+        e->seen_batches = crier_fanout_get_stats(e->fanout)->batches;
+        crier_wake_busy(e->wake);
+    }
     if (e->stopping) {
         if (crier_fanout_between_batches(e->fanout) && crier_timers_between_passes(e->timers) &&
             crier_fanout_thread_finished(e->slow) && crier_delivery_thread_finished(e->delivery))
@@ -245,6 +268,7 @@ static void engine_stop(engine *e)
                e->cfg->shutdown_deadline);
     engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
     crier_fanout_stop(e->fanout);
+    crier_wake_stop(e->wake);
     crier_timers_stop(e->timers);
     crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
@@ -429,6 +453,14 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         goto out;
     }
     rules = NULL; /* owned by the fan-out worker now */
+    e.pg_wake = crier_pg_connect(e.loop, cfg->conninfo, "wake", err, err_len);
+    if (!e.pg_wake)
+        goto out;
+    e.wake = crier_wake_new(e.loop, e.pg_wake, &cfg->wake, engine_wake_kick, engine_wake_idle, &e);
+    if (!e.wake) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
     e.pg_timers = crier_pg_connect(e.loop, cfg->conninfo, "timers", err, err_len);
     if (!e.pg_timers)
         goto out;
@@ -525,12 +557,14 @@ out:
     ev_prepare_stop(e.loop, &e.before_sleep);
     crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
+    crier_wake_free(e.wake);
     crier_fanout_free(e.fanout);
     crier_timers_free(e.timers);
     crier_rules_free(rules);
     crier_pg_free(e.pg_listen);
     crier_pg_free(e.pg_fanout);
     crier_pg_free(e.pg_timers);
+    crier_pg_free(e.pg_wake);
     crier_rules_query_free(e.query);
     return rc;
 }
