@@ -123,7 +123,12 @@ static void wake_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     }
     if (!crier_pg_ok(w->pg) || w->probing)
         return;
-    if (crier_clock_s() - w->last_busy >= w->opts.sleep_after && w->idle(w->ud)) {
+    if (!w->idle(w->ud)) {
+        /* a batch runs: let the fast lane claim again right after it, no probe needed */
+        w->kick(w->ud);
+        return;
+    }
+    if (crier_clock_s() - w->last_busy >= w->opts.sleep_after) {
         ev_timer_stop(loop, t);
         w->state = CRIER_WAKE_ACQUIRING;
         if (crier_pg_query(w->pg, SQL_SLEEP, NULL, wake_on_result, w) < 0) {

@@ -42,8 +42,8 @@ typedef struct crier_wake crier_wake;
 /* Called when the fast lane should claim: a probe found pending events, or the
  * daemon has just fallen asleep (its last check). */
 typedef void (*crier_wake_kick_fn)(void *ud);
-/* Asked before falling asleep: is the fast lane idle (nothing claimed, nothing
- * running)? */
+/* Is the fast lane between batches? Asked before falling asleep and before a
+ * probe (while a batch runs, the daemon kicks it instead of probing). */
 typedef bool (*crier_wake_idle_fn)(void *ud);
 
 typedef struct {
