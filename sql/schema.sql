@@ -302,6 +302,14 @@ CREATE FUNCTION crier.replay_dead(p_tenant text, p_type text, p_channel text, p_
     AS $$ … $$; -- the body: sql/functions/replay_dead.sql
 
 --
+-- Name: retain(text, interval, integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/retain.sql
+
+--
 -- Name: set_preference(text, text, text, text, boolean); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -1256,13 +1264,6 @@ ALTER TABLE ONLY crier.delivery_attempts
 
 ALTER TABLE ONLY crier.feed_items
     ADD CONSTRAINT feed_items_notification_id_fkey FOREIGN KEY (notification_id) REFERENCES crier.notifications(id);
-
---
--- Name: notifications notifications_event_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.notifications
-    ADD CONSTRAINT notifications_event_id_fkey FOREIGN KEY (event_id) REFERENCES crier.events(id);
 
 --
 -- PostgreSQL database dump complete

@@ -8,6 +8,7 @@
 #include "rules_reload.h"
 #include "sd_notify.h"
 #include "timers.h"
+#include "retention.h"
 #include "wake.h"
 
 #include <ev.h>
@@ -25,6 +26,8 @@ typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
     crier_pg *pg_fanout, *pg_listen, *pg_timers, *pg_wake;
+    crier_pg *pg_retention;
+    crier_retention *retention;      /* deletes finished rows past their period */
     crier_wake *wake;                /* when emits must NOTIFY: while this daemon sleeps */
     uint64_t seen_batches;           /* the fast lane's batches when before_sleep last looked */
     crier_fanout *fanout;            /* the fast lane, on this loop */
@@ -250,6 +253,7 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
     }
     if (e->stopping) {
         if (crier_fanout_between_batches(e->fanout) && crier_timers_between_passes(e->timers) &&
+            crier_retention_between_batches(e->retention) &&
             crier_fanout_thread_finished(e->slow) && crier_delivery_thread_finished(e->delivery))
             ev_break(loop, EVBREAK_ALL);
         return;
@@ -269,6 +273,7 @@ static void engine_stop(engine *e)
     engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
     crier_fanout_stop(e->fanout);
     crier_wake_stop(e->wake);
+    crier_retention_stop(e->retention);
     crier_timers_stop(e->timers);
     crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
@@ -461,6 +466,14 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         snprintf(err, err_len, "out of memory");
         goto out;
     }
+    e.pg_retention = crier_pg_connect(e.loop, cfg->conninfo, "retention", err, err_len);
+    if (!e.pg_retention)
+        goto out;
+    e.retention = crier_retention_new(e.loop, e.pg_retention, &cfg->retention);
+    if (!e.retention) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
     e.pg_timers = crier_pg_connect(e.loop, cfg->conninfo, "timers", err, err_len);
     if (!e.pg_timers)
         goto out;
@@ -558,6 +571,7 @@ out:
     crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
     crier_wake_free(e.wake);
+    crier_retention_free(e.retention);
     crier_fanout_free(e.fanout);
     crier_timers_free(e.timers);
     crier_rules_free(rules);
@@ -565,6 +579,7 @@ out:
     crier_pg_free(e.pg_fanout);
     crier_pg_free(e.pg_timers);
     crier_pg_free(e.pg_wake);
+    crier_pg_free(e.pg_retention);
     crier_rules_query_free(e.query);
     return rc;
 }

@@ -6,7 +6,7 @@
  * crier.rules_status.
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: delivery, fanout, timers, wake, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
+ * Calls into: delivery, fanout, timers, wake, retention, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
  */
 #ifndef CRIER_ENGINE_H
 #define CRIER_ENGINE_H
@@ -14,6 +14,7 @@
 #include "delivery.h"
 #include "fanout.h"
 #include "rules.h"
+#include "retention.h"
 #include "rules_query.h"
 #include "wake.h"
 #include "webhook.h"
@@ -40,6 +41,7 @@ typedef struct crier_engine_config {
     crier_kafka_options kafka;   /* a producer is created when kafka.bootstrap_servers is set */
     double poll_interval;     /* seconds between fallback polls (default 1) */
     crier_wake_options wake;  /* probes while awake, and when to fall asleep (wake.h) */
+    crier_retention_options retention; /* how long finished rows stay (retention.h) */
     double shutdown_deadline; /* seconds to let sends finish on TERM before releasing them (default 10) */
     bool exit_when_idle;      /* return once no event or delivery is due (demo, tests) */
     bool handle_signals;      /* install TERM/INT/HUP watchers */
