@@ -7,14 +7,16 @@
 #include <string.h>
 
 static const char bench_help[] =
-    "usage: crier bench fanout|deliver|feed [options]   (crier bench BENCHMARK --help)\n"
+    "usage: crier bench fanout|deliver|feed|soak [options]   (crier bench BENCHMARK --help)\n"
     "\n"
     "benchmarks:\n"
     "  fanout   fan-out rows/s (keys + idempotent batch insert + RETURNING) vs raw COPY\n"
     "  deliver  webhook deliveries/s to a local nginx and p50/p99 commit-to-receiver latency\n"
     "           vs the SQL floor (the same claims and results with no send)\n"
     "  feed     p50/p99 of a feed's first page, a deep page, the unread count and\n"
-    "           mark-all-read through the HTTP API (1,000,000 items) vs the same SQL\n";
+    "           mark-all-read through the HTTP API (1,000,000 items) vs the same SQL\n"
+    "  soak     a steady rate for N minutes with retention on: the last minute's rate\n"
+    "           against the first, backlog, lag, dead tuples, sizes, bytes/notification\n";
 
 int crier_cmd_bench(int argc, char **argv)
 {
@@ -26,6 +28,8 @@ int crier_cmd_bench(int argc, char **argv)
         return crier_bench_fanout(argc - 1, argv + 1);
     if (!strcmp(argv[1], "deliver"))
         return crier_bench_deliver(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "soak"))
+        return crier_bench_soak(argc - 1, argv + 1);
     if (!strcmp(argv[1], "feed"))
         return crier_bench_feed(argc - 1, argv + 1);
     crier_cli_error("bench", "unknown benchmark '%s' (crier bench --help lists them)", argv[1]);

@@ -14,5 +14,6 @@ int crier_cmd_bench(int argc, char **argv);
 int crier_bench_fanout(int argc, char **argv);
 int crier_bench_deliver(int argc, char **argv);
 int crier_bench_feed(int argc, char **argv);
+int crier_bench_soak(int argc, char **argv);
 
 #endif
