@@ -458,22 +458,6 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         goto out;
     }
     rules = NULL; /* owned by the fan-out worker now */
-    e.pg_wake = crier_pg_connect(e.loop, cfg->conninfo, "wake", err, err_len);
-    if (!e.pg_wake)
-        goto out;
-    e.wake = crier_wake_new(e.loop, e.pg_wake, &cfg->wake, engine_wake_kick, engine_wake_idle, &e);
-    if (!e.wake) {
-        snprintf(err, err_len, "out of memory");
-        goto out;
-    }
-    e.pg_retention = crier_pg_connect(e.loop, cfg->conninfo, "retention", err, err_len);
-    if (!e.pg_retention)
-        goto out;
-    e.retention = crier_retention_new(e.loop, e.pg_retention, &cfg->retention);
-    if (!e.retention) {
-        snprintf(err, err_len, "out of memory");
-        goto out;
-    }
     e.pg_timers = crier_pg_connect(e.loop, cfg->conninfo, "timers", err, err_len);
     if (!e.pg_timers)
         goto out;
@@ -496,6 +480,24 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
                                            err_len);
         if (!e.slow)
             goto out;
+    }
+    /* after the rules' copies are loaded: connecting takes time, and a rules
+     * edit meanwhile would make startup fail */
+    e.pg_wake = crier_pg_connect(e.loop, cfg->conninfo, "wake", err, err_len);
+    if (!e.pg_wake)
+        goto out;
+    e.wake = crier_wake_new(e.loop, e.pg_wake, &cfg->wake, engine_wake_kick, engine_wake_idle, &e);
+    if (!e.wake) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
+    e.pg_retention = crier_pg_connect(e.loop, cfg->conninfo, "retention", err, err_len);
+    if (!e.pg_retention)
+        goto out;
+    e.retention = crier_retention_new(e.loop, e.pg_retention, &cfg->retention);
+    if (!e.retention) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
     }
 
     engine_listen(&e);

@@ -58,6 +58,7 @@ psql -XAtq "$CRIER_DATABASE_URL" -c "SELECT pg_advisory_lock(1668442469, 1)" -c 
 sleeper=$!
 PIDS+=("$sleeper")
 wait_for "SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
           AND objid = 1 AND mode = 'ExclusiveLock' AND granted" 30 "the sleep lock was not taken"
 out=$(psql -XAtq "$CRIER_DATABASE_URL" <<'SQL'
 LISTEN crier_events;
@@ -65,9 +66,11 @@ SELECT crier.emit('acme', 'invoice.created', 'inv_notify', '{}');
 SQL
 )
 case "$out" in *'notification "crier_events"'*) ;; *) fail "no NOTIFY after emit while asleep: $out" ;; esac
-sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469" >/dev/null
+sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" >/dev/null
 wait "$sleeper" 2>/dev/null || true
-wait_for "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469" 30 \
+wait_for "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" 30 \
     "the sleep lock was not released"
 out=$(psql -XAtq "$CRIER_DATABASE_URL" <<'SQL'
 LISTEN crier_events;

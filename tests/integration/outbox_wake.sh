@@ -11,6 +11,7 @@ IDLE_BOUND_MS=${WAKE_IDLE_BOUND_MS:-250}
 LATE_BOUND_MS=${WAKE_LATE_BOUND_MS:-3000}
 
 asleep="SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
         AND objid = 1 AND mode = 'ExclusiveLock' AND granted"
 
 start_serve wake --poll 30 --sleep-after 20ms
