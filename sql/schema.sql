@@ -358,6 +358,14 @@ CREATE FUNCTION crier.replay_dead(p_tenant text, p_type text, p_channel text, p_
     AS $$ … $$; -- the body: sql/functions/replay_dead.sql
 
 --
+-- Name: retain(text, interval, integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/retain.sql
+
+--
 -- Name: set_preference(text, text, text, text, boolean); Type: FUNCTION; Schema: crier; Owner: -
 --
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 static const char bench_help[] =
-    "usage: crier bench fanout|pipeline|deliver|feed|timers [options]   (crier bench BENCHMARK --help)\n"
+    "usage: crier bench fanout|pipeline|deliver|feed|timers|soak [options]   (crier bench BENCHMARK --help)\n"
     "\n"
     "benchmarks:\n"
     "  fanout   fan-out rows/s (keys + idempotent batch insert + RETURNING) vs raw COPY\n"
@@ -20,7 +20,9 @@ static const char bench_help[] =
     "           mark-all-read through the HTTP API (1,000,000 items) vs the same SQL\n"
     "  timers   lateness p50/p99 of 100,000 delay timers due in one second and timers\n"
     "           fired/s vs the SQL floor of the same claim; digest of 100,000 events\n"
-    "           into 1,000 digests: events/s vs plain fan-out, and the flush time\n";
+    "           into 1,000 digests: events/s vs plain fan-out, and the flush time\n"
+    "  soak     a steady rate for N minutes with retention on: the last minute's rate\n"
+    "           against the first, backlog, lag, dead tuples, sizes, bytes/notification\n";
 
 int crier_cmd_bench(int argc, char **argv)
 {
@@ -34,6 +36,8 @@ int crier_cmd_bench(int argc, char **argv)
         return crier_bench_pipeline(argc - 1, argv + 1);
     if (!strcmp(argv[1], "deliver"))
         return crier_bench_deliver(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "soak"))
+        return crier_bench_soak(argc - 1, argv + 1);
     if (!strcmp(argv[1], "feed"))
         return crier_bench_feed(argc - 1, argv + 1);
     if (!strcmp(argv[1], "timers"))

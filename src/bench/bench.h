@@ -16,5 +16,6 @@ int crier_bench_pipeline(int argc, char **argv);
 int crier_bench_deliver(int argc, char **argv);
 int crier_bench_feed(int argc, char **argv);
 int crier_bench_timers(int argc, char **argv);
+int crier_bench_soak(int argc, char **argv);
 
 #endif

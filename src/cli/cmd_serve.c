@@ -50,6 +50,20 @@ static const char serve_help[] =
     "  --max-inflight N       concurrent sends (default 256)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
+    "  --awake-poll D         while awake, how often to look for new events with one\n"
+    "                         cheap query; emits do not NOTIFY then (default 2ms)\n"
+    "  --sleep-after D        idle time after which the daemon sleeps and emits\n"
+    "                         wake it with NOTIFY (default 100ms)\n"
+    "  --retain-events D      delete done and dead events D after they finished\n"
+    "                         (default 7d; off: keep): a re-emit is recognised that long\n"
+    "  --retain-deliveries D  delete delivered, dead, suppressed and digested\n"
+    "                         deliveries and their attempts (default 7d; off)\n"
+    "  --retain-timers D      delete fired timers (default 7d; off)\n"
+    "  --retain-digests D     delete sent digests (default 7d; off)\n"
+    "  --retain-throttle-hits D  delete throttle hits (default 7d; longer than any\n"
+    "                         throttle's window; off)\n"
+    "  --retention-interval D time between retention passes (default 60s)\n"
+    "  --retention-batch N    rows per retention statement (default 1000)\n"
     "  --timeout-ms N         webhook total timeout (default 15000)\n"
     "  --shutdown-deadline D  on SIGTERM, how long sends in flight may finish before\n"
     "                         they are released to other workers (default 10s)\n"
@@ -125,6 +139,15 @@ enum {
     SERVE_OPT_OPERATOR_KEY,
     SERVE_OPT_NO_DELIVER,
     SERVE_OPT_FANOUT_CONNECTIONS,
+    SERVE_OPT_AWAKE_POLL,
+    SERVE_OPT_SLEEP_AFTER,
+    SERVE_OPT_RETAIN_EVENTS, /* … one per crier_retain_kind, in its order */
+    SERVE_OPT_RETAIN_DELIVERIES,
+    SERVE_OPT_RETAIN_TIMERS,
+    SERVE_OPT_RETAIN_DIGESTS,
+    SERVE_OPT_RETAIN_THROTTLE_HITS,
+    SERVE_OPT_RETENTION_INTERVAL,
+    SERVE_OPT_RETENTION_BATCH,
 };
 
 typedef struct {
@@ -285,6 +308,38 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_FANOUT_CONNECTIONS:
         return crier_cli_positive_int("serve", "fanout-connections", arg, CRIER_ENGINE_MAX_FANOUTS,
                                       &a->cfg.fanout_connections);
+    case SERVE_OPT_AWAKE_POLL:
+        return crier_cli_duration("serve", "awake-poll", arg, &a->cfg.wake.awake_poll);
+    case SERVE_OPT_SLEEP_AFTER:
+        return crier_cli_duration("serve", "sleep-after", arg, &a->cfg.wake.sleep_after);
+    case SERVE_OPT_RETAIN_EVENTS:
+    case SERVE_OPT_RETAIN_DELIVERIES:
+    case SERVE_OPT_RETAIN_TIMERS:
+    case SERVE_OPT_RETAIN_DIGESTS:
+    case SERVE_OPT_RETAIN_THROTTLE_HITS: {
+        crier_retain_kind kind = (crier_retain_kind)(opt - SERVE_OPT_RETAIN_EVENTS);
+        char name[64];
+        double *period = &a->cfg.retention.period[kind];
+        if (!strcmp(arg, "off")) {
+            *period = -1;
+            return 0;
+        }
+        snprintf(name, sizeof name, "retain-%s", crier_retention_kind_name(kind));
+        for (char *c = name; *c; c++)
+            if (*c == '_')
+                *c = '-';
+        if (crier_cli_duration("serve", name, arg, period) < 0)
+            return -1;
+        if (*period <= 0) {
+            crier_cli_error("serve", "--%s expects a positive duration or off, got '%s'", name, arg);
+            return -1;
+        }
+        return 0;
+    }
+    case SERVE_OPT_RETENTION_INTERVAL:
+        return crier_cli_duration("serve", "retention-interval", arg, &a->cfg.retention.interval);
+    case SERVE_OPT_RETENTION_BATCH:
+        return crier_cli_positive_int("serve", "retention-batch", arg, 100000, &a->cfg.retention.batch);
     case SERVE_OPT_STREAM_KEEPALIVE:
         return crier_cli_duration("serve", "stream-keepalive", arg, &a->http.stream_keepalive);
     case SERVE_OPT_OPERATOR_KEY:
@@ -427,6 +482,15 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"no-workers", no_argument, NULL, SERVE_OPT_NO_WORKERS},
                                             {"no-deliver", no_argument, NULL, SERVE_OPT_NO_DELIVER},
                                             {"fanout-connections", required_argument, NULL, SERVE_OPT_FANOUT_CONNECTIONS},
+                                            {"awake-poll", required_argument, NULL, SERVE_OPT_AWAKE_POLL},
+                                            {"sleep-after", required_argument, NULL, SERVE_OPT_SLEEP_AFTER},
+                                            {"retain-events", required_argument, NULL, SERVE_OPT_RETAIN_EVENTS},
+                                            {"retain-deliveries", required_argument, NULL, SERVE_OPT_RETAIN_DELIVERIES},
+                                            {"retain-timers", required_argument, NULL, SERVE_OPT_RETAIN_TIMERS},
+                                            {"retain-digests", required_argument, NULL, SERVE_OPT_RETAIN_DIGESTS},
+                                            {"retain-throttle-hits", required_argument, NULL, SERVE_OPT_RETAIN_THROTTLE_HITS},
+                                            {"retention-interval", required_argument, NULL, SERVE_OPT_RETENTION_INTERVAL},
+                                            {"retention-batch", required_argument, NULL, SERVE_OPT_RETENTION_BATCH},
                                             {"pause-after", required_argument, NULL, 'P'},
                                             {"probe-interval", required_argument, NULL, 'I'},
                                             {"disable-after", required_argument, NULL, 'A'},

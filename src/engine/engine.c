@@ -8,6 +8,8 @@
 #include "rules_reload.h"
 #include "sd_notify.h"
 #include "timers.h"
+#include "retention.h"
+#include "wake.h"
 
 #include <ev.h>
 #include <limits.h>
@@ -23,7 +25,11 @@
 typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg_fanout[CRIER_ENGINE_MAX_FANOUTS], *pg_listen, *pg_timers;
+    crier_pg *pg_fanout[CRIER_ENGINE_MAX_FANOUTS], *pg_listen, *pg_timers, *pg_wake;
+    crier_pg *pg_retention;
+    crier_retention *retention;      /* deletes finished rows past their period */
+    crier_wake *wake;                /* when emits must NOTIFY: while this daemon sleeps */
+    uint64_t seen_batches;           /* the fast lane's batches when before_sleep last looked */
     /* the fast lane, on this loop: n_fanouts workers, each with its own
      * connection and generation, so that one batch's rules run while another's
      * statements run (they claim apart: SKIP LOCKED, advisory locks) */
@@ -245,6 +251,27 @@ static void engine_kick_all(engine *e)
     crier_delivery_thread_kick(e->delivery);
 }
 
+static void engine_wake_kick(void *ud)
+{
+    engine_kick_fanouts(ud);
+}
+
+/* The fast lane is between batches: the daemon may fall asleep (its last
+ * look, after the lock is granted, claims whatever is left). */
+static bool engine_wake_idle(void *ud)
+{
+    return engine_fanouts_between_batches(ud);
+}
+
+/* Batches the fast lane's workers have run, all together. */
+static uint64_t engine_fanout_batches(const engine *e)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < e->n_fanouts; i++)
+        n += crier_fanout_get_stats(e->fanout[i])->batches;
+    return n;
+}
+
 static void engine_on_notify(void *ud, const char *channel, const char *payload)
 {
     engine *e = ud;
@@ -290,6 +317,7 @@ static void engine_poll_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)revents;
     if (!crier_pg_ok(e->pg_listen) && crier_pg_reconnect(e->pg_listen) == 0)
         engine_listen(e);
+    crier_wake_poll(e->wake);
     if (!e->stopping)
         engine_kick_all(e);
     engine_write_status(e);
@@ -334,8 +362,14 @@ static void engine_before_sleep_cb(struct ev_loop *loop, ev_prepare *w, int reve
 {
     engine *e = w->data;
     (void)revents;
+    if (engine_fanout_batches(e) != e->seen_batches) {
+        /* the fast lane found work since the last pass: stay (or wake) up */
+        e->seen_batches = engine_fanout_batches(e);
+        crier_wake_busy(e->wake);
+    }
     if (e->stopping) {
         if (engine_fanouts_between_batches(e) && crier_timers_between_passes(e->timers) &&
+            crier_retention_between_batches(e->retention) &&
             crier_fanout_thread_finished(e->slow) && crier_delivery_thread_finished(e->delivery))
             ev_break(loop, EVBREAK_ALL);
         return;
@@ -355,6 +389,8 @@ static void engine_stop(engine *e)
     engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
     for (int i = 0; i < e->n_fanouts; i++)
         crier_fanout_stop(e->fanout[i]);
+    crier_wake_stop(e->wake);
+    crier_retention_stop(e->retention);
     crier_timers_stop(e->timers);
     crier_fanout_thread_stop(e->slow);
     crier_delivery_thread_stop(e->delivery);
@@ -587,6 +623,24 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         if (!e.slow)
             goto out;
     }
+    /* after the rules' copies are loaded: connecting takes time, and a rules
+     * edit meanwhile would make startup fail */
+    e.pg_wake = crier_pg_connect(e.loop, cfg->conninfo, "wake", err, err_len);
+    if (!e.pg_wake)
+        goto out;
+    e.wake = crier_wake_new(e.loop, e.pg_wake, &cfg->wake, engine_wake_kick, engine_wake_idle, &e);
+    if (!e.wake) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
+    e.pg_retention = crier_pg_connect(e.loop, cfg->conninfo, "retention", err, err_len);
+    if (!e.pg_retention)
+        goto out;
+    e.retention = crier_retention_new(e.loop, e.pg_retention, &cfg->retention);
+    if (!e.retention) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
+    }
 
     engine_listen(&e);
     ev_timer_init(&e.poll, engine_poll_cb, 0., cfg->poll_interval > 0 ? cfg->poll_interval : 1.0);
@@ -667,6 +721,8 @@ out:
     ev_prepare_stop(e.loop, &e.before_sleep);
     crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
+    crier_wake_free(e.wake);
+    crier_retention_free(e.retention);
     for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS; i++)
         crier_fanout_free(e.fanout[i]);
     crier_timers_free(e.timers);
@@ -675,6 +731,8 @@ out:
     for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS; i++)
         crier_pg_free(e.pg_fanout[i]);
     crier_pg_free(e.pg_timers);
+    crier_pg_free(e.pg_wake);
+    crier_pg_free(e.pg_retention);
     crier_rules_query_free(e.query);
     return rc;
 }

@@ -1,12 +1,12 @@
 /* engine.h — the daemon's core: one libev loop running the fan-out worker and
  * the delivery worker on their own nonblocking PostgreSQL connections, woken by
- * LISTEN/NOTIFY with a slow poll as fallback, with signal handling (TERM/INT:
+ * LISTEN/NOTIFY while asleep (wake.h), a cheap probe while awake, a slow poll as fallback, with signal handling (TERM/INT:
  * graceful stop; HUP: rules reload as a new generation) and a watch on the
  * rules directory (inotify) that reloads on change; what runs is recorded in
  * crier.rules_status.
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
- * Calls into: delivery, fanout, timers, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
+ * Calls into: delivery, fanout, timers, wake, retention, log, sd_notify (base), rules (rules), rules_query (rules), webhook (channels).
  */
 #ifndef CRIER_ENGINE_H
 #define CRIER_ENGINE_H
@@ -14,7 +14,9 @@
 #include "delivery.h"
 #include "fanout.h"
 #include "rules.h"
+#include "retention.h"
 #include "rules_query.h"
+#include "wake.h"
 #include "webhook.h"
 
 #include <stdbool.h>
@@ -46,6 +48,8 @@ typedef struct crier_engine_config {
     crier_email_options email;   /* used when delivery.email_url is set */
     crier_kafka_options kafka;   /* a producer is created when kafka.bootstrap_servers is set */
     double poll_interval;     /* seconds between fallback polls (default 1) */
+    crier_wake_options wake;  /* probes while awake, and when to fall asleep (wake.h) */
+    crier_retention_options retention; /* how long finished rows stay (retention.h) */
     double shutdown_deadline; /* seconds to let sends finish on TERM before releasing them (default 10) */
     double heartbeat_interval; /* seconds between heartbeats in crier.rules_status (default 5; dead
                                   after 3 missed) */

@@ -50,13 +50,34 @@ wait
 assert_eq 1 "$(sort -u "$WORK"/race.* | wc -l)" "every concurrent emit returned the same id"
 assert_eq 1 "$(sql "SELECT count(*) FROM crier.events WHERE entity_id = 'inv_race'")" "one row"
 
-note "the emit wakes the daemon (NOTIFY crier_events)"
+note "the emit wakes a sleeping daemon (NOTIFY crier_events), and only a sleeping one"
+# A daemon announces that it sleeps by holding the advisory lock (1668442469, 1)
+# (src/engine/wake.h); this session plays that daemon.
+psql -XAtq "$CRIER_DATABASE_URL" -c "SELECT pg_advisory_lock(1668442469, 1)" -c "SELECT pg_sleep(60)" \
+    >/dev/null 2>&1 &
+sleeper=$!
+PIDS+=("$sleeper")
+wait_for "SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND objid = 1 AND mode = 'ExclusiveLock' AND granted" 30 "the sleep lock was not taken"
 out=$(psql -XAtq "$CRIER_DATABASE_URL" <<'SQL'
 LISTEN crier_events;
 SELECT crier.emit('acme', 'invoice.created', 'inv_notify', '{}');
 SQL
 )
-case "$out" in *'notification "crier_events"'*) ;; *) fail "no NOTIFY after emit: $out" ;; esac
+case "$out" in *'notification "crier_events"'*) ;; *) fail "no NOTIFY after emit while asleep: $out" ;; esac
+sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" >/dev/null
+wait "$sleeper" 2>/dev/null || true
+wait_for "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" 30 \
+    "the sleep lock was not released"
+out=$(psql -XAtq "$CRIER_DATABASE_URL" <<'SQL'
+LISTEN crier_events;
+SELECT crier.emit('acme', 'invoice.created', 'inv_notify_awake', '{}');
+SQL
+)
+case "$out" in *'notification "crier_events"'*) fail "an emit notified although no daemon sleeps: $out" ;; esac
 
 note "bad input is refused with a clear error and changes nothing"
 before=$(sql "SELECT count(*) FROM crier.events")

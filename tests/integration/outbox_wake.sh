@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The outbox's wake-ups (src/engine/wake.h): an idle daemon sleeps and an emit
+# wakes it within a bound, and no event is left behind across sleep/wake
+# transitions while 8 sessions emit concurrently, many of them in transactions
+# that stay open while the daemon goes to sleep. The fallback poll is 30 s, so
+# an event that waited for it would break the bounds below.
+. "$(dirname "$0")/../support/lib.sh"
+new_db
+start_receiver hooks
+IDLE_BOUND_MS=${WAKE_IDLE_BOUND_MS:-250}
+LATE_BOUND_MS=${WAKE_LATE_BOUND_MS:-3000}
+
+asleep="SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1668442469
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND objid = 1 AND mode = 'ExclusiveLock' AND granted"
+
+start_serve wake --poll 30 --sleep-after 20ms
+wait_for "$asleep" 60 "the idle daemon never fell asleep"
+
+note "idle: commit -> claimed, 15 single emits, each after the daemon fell asleep"
+sql "CREATE TABLE wake_commits (entity text PRIMARY KEY, committed timestamptz)" >/dev/null
+for i in $(seq 15); do
+    wait_for "$asleep" 30 "the daemon did not fall asleep again (round $i)"
+    # the time is taken inside the emit's own statement, just before its commit:
+    # the latency below includes the commit itself
+    sql "WITH e AS (SELECT crier.emit('acme', 'invoice.created', 'idle_$i',
+             '{\"invoice_id\": \"idle_$i\", \"amount_cents\": 1, \"currency\": \"EUR\"}'))
+         INSERT INTO wake_commits SELECT 'idle_$i', clock_timestamp() FROM e" >/dev/null
+    wait_for "SELECT count(*) = 1 FROM crier.events WHERE entity_id = 'idle_$i' AND state = 'done'" 10 \
+        "idle emit $i was not claimed within 10 s"
+done
+lat=$(sql "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::int || ' ' || max(ms)::int FROM (
+             SELECT extract(epoch FROM e.processed_at - c.committed) * 1000 AS ms
+             FROM crier.events e JOIN wake_commits c ON c.entity = e.entity_id) t")
+note "idle wake latency (commit -> claiming batch began): median ${lat% *} ms, max ${lat#* } ms"
+[ "${lat#* }" -le "$IDLE_BOUND_MS" ] || fail "idle wake latency max ${lat#* } ms > $IDLE_BOUND_MS ms"
+
+note "8 concurrent emitters, waves of transactions open 0-120 ms across the daemon's sleep/wake transitions"
+sql "TRUNCATE wake_commits" >/dev/null
+for w in $(seq 8); do
+    {
+        # waves every 400 ms: all emitters at once, transactions open 0-120 ms,
+        # then ~250 ms of quiet in which the daemon falls asleep
+        for i in $(seq 25); do
+            hold=$(( (RANDOM % 5 == 0) ? 0 : RANDOM % 120 ))
+            echo "SELECT pg_sleep(0.4 - (extract(epoch FROM clock_timestamp())::numeric % 0.4));"
+            echo "BEGIN;"
+            echo "SELECT crier.emit('acme', 'invoice.created', 'c_${w}_$i', '{\"invoice_id\": \"c_${w}_$i\", \"amount_cents\": 1, \"currency\": \"EUR\"}');"
+            echo "SELECT pg_sleep($hold / 1000.0);"
+            echo "COMMIT;"
+            echo "INSERT INTO wake_commits VALUES ('c_${w}_$i', clock_timestamp());"
+        done
+    } >"$WORK/emitter.$w.sql"
+    psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 -f "$WORK/emitter.$w.sql" >/dev/null &
+    PIDS+=($!)
+    emitters+=($!)
+done
+sleeps=0
+while kill -0 "${emitters[@]}" 2>/dev/null; do
+    [ "$(sql "$asleep")" = t ] && sleeps=$((sleeps + 1))
+    sleep 0.05
+done
+for pid in "${emitters[@]}"; do wait "$pid" || fail "an emitter failed"; done
+note "samples that found the daemon asleep while the emitters ran: $sleeps"
+wait_for "SELECT count(*) = 0 FROM crier.events WHERE state = 'pending'" 10 "events left behind (pending after 10 s)"
+assert_eq 200 "$(sql "SELECT count(*) FROM crier.events WHERE entity_id LIKE 'c\_%' AND state = 'done'")" \
+    "every concurrent emit was fanned out"
+late=$(sql "SELECT max(greatest(0, extract(epoch FROM e.processed_at - c.committed) * 1000))::int
+            FROM crier.events e JOIN wake_commits c ON c.entity = e.entity_id")
+note "concurrent: the latest event was claimed $late ms after its commit was logged"
+if [ "$late" -gt "$LATE_BOUND_MS" ]; then
+    sql "SELECT e.entity_id, e.lane, e.attempts, e.processed_at, c.committed FROM crier.events e
+         JOIN wake_commits c ON c.entity = e.entity_id ORDER BY e.processed_at - c.committed DESC LIMIT 5" >&2
+    grep -v " INFO rules: loaded" "$WORK/wake.log" | tail -20 >&2
+    fail "an event waited $late ms (> $LATE_BOUND_MS ms): a lost wake-up, or a starved daemon (see above)"
+fi
+[ "$sleeps" -gt 0 ] || note "the daemon never slept while emitters ran (a busy machine); the bound still held"
+
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID" || fail "crier serve exited with an error"
+echo "ok"
