@@ -5,86 +5,14 @@
 # templates on request; the responses, the rules version (the same as the C
 # core's) and a clean error log are checked. Needs no database.
 . "$(dirname "$0")/../support/lib.sh"
-
-NGINX=/usr/sbin/nginx
-MODULES=/usr/lib/nginx/modules
-SUPPORT="$CRIER_SOURCE_DIR/tests/support/nginx"
-[ -x "$NGINX" ] || fail "$NGINX missing (scripts/install-deps installs the nginx package)"
-for so in ndk_http_module.so ngx_http_lua_module.so; do
-    [ -f "$MODULES/$so" ] || fail "$MODULES/$so missing (scripts/install-deps installs libnginx-mod-http-lua)"
-done
-
-NGINX_PID=
-NGINX_WORKERS=
-
-# stop_nginx: fast shutdown of the master (it stops its workers), waited for;
-# whatever is left after 5 s is killed.
-stop_nginx() {
-    local pid
-    [ -n "$NGINX_PID" ] || return 0
-    kill -TERM "$NGINX_PID" 2>/dev/null || true
-    for _ in $(seq 50); do
-        kill -0 "$NGINX_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    for pid in $NGINX_PID $NGINX_WORKERS; do
-        kill -9 "$pid" 2>/dev/null || true
-    done
-    wait "$NGINX_PID" 2>/dev/null || true
-    NGINX_PID=
-}
-trap 'stop_nginx; cleanup' EXIT
-
-free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# start_nginx: writes the config on a free port and starts nginx in the
-# foreground of a background job; waits until it answers. Retries when the
-# port was taken in between.
-start_nginx() {
-    local user_line=""
-    [ "$(id -u)" = 0 ] && user_line="user root;" # workers as nobody may not read a tree under /root
-    mkdir -p "$WORK/tmp"
-    for _ in 1 2 3; do
-        PORT=$(free_port)
-        sed -e "s|@WORK@|$WORK|g" -e "s|@PORT@|$PORT|g" -e "s|@USER_LINE@|$user_line|" \
-            -e "s|@LUA_DIR@|$CRIER_SOURCE_DIR/lua|g" -e "s|@HANDLER_DIR@|$SUPPORT|g" \
-            -e "s|@RULES_DIR@|$CRIER_SOURCE_DIR/examples/rules|g" \
-            "$SUPPORT/nginx.conf.in" >"$WORK/nginx.conf"
-        : >"$WORK/error.log"
-        "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" >"$WORK/nginx.out" 2>&1 &
-        NGINX_PID=$!
-        for _ in $(seq 100); do
-            if curl -s -o /dev/null "http://127.0.0.1:$PORT/rules"; then
-                NGINX_WORKERS=$(pgrep -P "$NGINX_PID" | tr '\n' ' ' || true)
-                return 0
-            fi
-            kill -0 "$NGINX_PID" 2>/dev/null || break
-            sleep 0.05
-        done
-        stop_nginx
-        grep -q "Address already in use" "$WORK/error.log" "$WORK/nginx.out" || break
-    done
-    fail "nginx did not start: $(cat "$WORK/nginx.out" "$WORK/error.log")"
-}
-
-BODY="" STATUS=""
-# get PATH [curl args…]: sets STATUS and BODY.
-get() {
-    local path=$1
-    shift
-    STATUS=$(curl -sS -o "$WORK/body" -w '%{http_code}' "$@" "http://127.0.0.1:$PORT$path") ||
-        fail "curl $path failed"
-    BODY=$(cat "$WORK/body")
-}
+. "$CRIER_SOURCE_DIR/tests/support/nginx/nginx.sh"
 
 expect() { # STATUS BODY WHAT
     assert_eq "$1" "$STATUS" "$3: status"
     assert_eq "$2" "$BODY" "$3: body"
 }
 
-start_nginx
+start_nginx "$NGINX_SUPPORT/nginx.conf.in"
 
 # The library and the rules loaded, with the C core's rules version.
 version=$("$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules" 2>/dev/null | sed -n 's/.*(rules version \([0-9a-f]*\)).*/\1/p')
@@ -158,8 +86,8 @@ stop_nginx
 # No Lua errors or global-variable warnings in nginx's log, and the module
 # really ran (the workers started).
 if grep -E '\[(alert|crit|error|emerg)\]|lua entry thread aborted|writing a global Lua variable|init_by_lua error' \
-    "$WORK/error.log"; then
+    "$NGINX_DIR/error.log"; then
     fail "nginx logged errors (above)"
 fi
-grep -q "start worker process" "$WORK/error.log" || fail "no worker start in the error log: $(cat "$WORK/error.log")"
+grep -q "start worker process" "$NGINX_DIR/error.log" || fail "no worker start in the error log: $(cat "$NGINX_DIR/error.log")"
 echo "ok"
