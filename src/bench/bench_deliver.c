@@ -214,19 +214,8 @@ static int bench_serve_start(bench_ctx *b, bool exit_when_idle, char *log, size_
 {
     char batch[16], inflight[16];
     char *argv[24];
-    int n = 0;
+    int n = crier_bench_serve_argv(argv, b->conninfo, b->rules_dir, b->cli.lua_dir);
 
-    argv[n++] = "/proc/self/exe";
-    argv[n++] = "serve";
-    argv[n++] = "--database";
-    argv[n++] = b->conninfo;
-    argv[n++] = "--rules";
-    argv[n++] = b->rules_dir;
-    argv[n++] = "--lua-dir";
-    argv[n++] = (char *)b->cli.lua_dir;
-    argv[n++] = "--no-migrate";
-    argv[n++] = "--allow-targets";
-    argv[n++] = "loopback";
     if (exit_when_idle)
         argv[n++] = "--exit-when-idle";
     if (b->o.delivery_batch > 0) {

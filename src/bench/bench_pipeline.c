@@ -195,19 +195,8 @@ static int bench_run_serves(bench_ctx *b, int w)
     snprintf(conns, sizeof conns, "%d", b->o.fanout_connections);
     for (int i = 0; i < w; i++) {
         char *argv[24];
-        int n = 0;
-        argv[n++] = "/proc/self/exe";
-        argv[n++] = "serve";
-        argv[n++] = "--database";
-        argv[n++] = b->conninfo;
-        argv[n++] = "--rules";
-        argv[n++] = b->rules_dir;
-        argv[n++] = "--lua-dir";
-        argv[n++] = (char *)b->cli.lua_dir;
-        argv[n++] = "--no-migrate";
+        int n = crier_bench_serve_argv(argv, b->conninfo, b->rules_dir, b->cli.lua_dir);
         argv[n++] = "--exit-when-idle";
-        argv[n++] = "--allow-targets";
-        argv[n++] = "loopback";
         if (!b->o.send)
             argv[n++] = "--no-deliver";
         if (b->o.batch_size > 0) {

@@ -170,6 +170,23 @@ double crier_bench_quantile(const double *v, size_t n, double p)
 /* ------------------------------------------------------------------------ */
 /* Child processes */
 
+int crier_bench_serve_argv(char **argv, const char *conninfo, const char *rules_dir, const char *lua_dir)
+{
+    int n = 0;
+    argv[n++] = "/proc/self/exe";
+    argv[n++] = "serve";
+    argv[n++] = "--database";
+    argv[n++] = (char *)conninfo;
+    argv[n++] = "--rules";
+    argv[n++] = (char *)rules_dir;
+    argv[n++] = "--lua-dir";
+    argv[n++] = (char *)lua_dir;
+    argv[n++] = "--no-migrate";
+    argv[n++] = "--allow-targets";
+    argv[n++] = "loopback";
+    return n;
+}
+
 pid_t crier_bench_spawn(char *const argv[], const char *log_path)
 {
     int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

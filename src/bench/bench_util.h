@@ -48,6 +48,11 @@ void crier_bench_stats(const double *v, int n, double *med, double *lo, double *
 /* The p-quantile (0 < p <= 1, nearest rank) of sorted values v[0..n). */
 double crier_bench_quantile(const double *v, size_t n, double p);
 
+/* Writes into argv the start of a `crier serve` command line (this binary)
+ * on the bench's database and rules, migrations already applied, loopback
+ * webhook targets allowed; returns how many entries it wrote (the caller
+ * adds its own options and the terminating NULL). */
+int crier_bench_serve_argv(char **argv, const char *conninfo, const char *rules_dir, const char *lua_dir);
 /* Starts argv[0] with argv, stdin from /dev/null and stdout/stderr into
  * log_path, no other descriptor inherited. Returns the pid, or -1 (message
  * printed). */
