@@ -238,6 +238,12 @@ local function civil_from_days(z)
     return y, m, d
 end
 
+-- template.days_from_civil(y, m, d) -> days since 1970-01-01, and
+-- template.civil_from_days(days) -> y, m, d: the calendar the date filter
+-- uses, for other modules that compute UTC dates (crier.testing's clock).
+template.days_from_civil = days_from_civil
+template.civil_from_days = civil_from_days
+
 local function days_in_month(y, m)
     if m == 2 then
         return (y % 4 == 0 and (y % 100 ~= 0 or y % 400 == 0)) and 29 or 28

@@ -30,6 +30,7 @@
 local crier = require "crier"
 local json = require "crier.json"
 local runtime = require "crier.runtime"
+local template = require "crier.template"
 local nginx = require "crier.nginx"
 local timing = require "crier.timing"
 
@@ -1000,31 +1001,9 @@ local SENDING = { webhook = true, email = true, kafka = true }
 local EMIT_FIELDS = { type = true, tenant = true, entity_id = true, payload = true, payload_json = true,
     dedupe_key = true, id = true, cursor = true }
 
--- Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
--- days_from_civil), and back: plain arithmetic, no os.time (local time).
-local function days_from_civil(y, m, d)
-    if m <= 2 then
-        y = y - 1
-    end
-    local era = floor(y / 400)
-    local yoe = y - era * 400
-    local mp = (m + 9) % 12
-    local doy = floor((153 * mp + 2) / 5) + d - 1
-    local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
-    return era * 146097 + doe - 719468
-end
-
-local function civil_from_days(z)
-    z = z + 719468
-    local era = floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-    local mp = floor((5 * doy + 2) / 153)
-    local d = doy - floor((153 * mp + 2) / 5) + 1
-    local m = mp < 10 and mp + 3 or mp - 9
-    return yoe + era * 400 + (m <= 2 and 1 or 0), m, d
-end
+-- Days since 1970-01-01 of a proleptic Gregorian date, and back: the
+-- date filter's calendar (plain arithmetic, no os.time: local time).
+local days_from_civil, civil_from_days = template.days_from_civil, template.civil_from_days
 
 local MIN_TIME, MAX_TIME = 0, days_from_civil(10000, 1, 1) * 86400 * US - 1
 
