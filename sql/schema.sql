@@ -150,6 +150,14 @@ CREATE FUNCTION crier.check_notification_children_row() RETURNS trigger
     AS $$ … $$; -- the body: sql/functions/check_notification_children_row.sql
 
 --
+-- Name: check_quiet_hours(text, jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_quiet_hours(p_where text, p_quiet jsonb) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/check_quiet_hours.sql
+
+--
 -- Name: claim_deliveries(integer, integer, double precision); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -372,6 +380,14 @@ CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer
 CREATE FUNCTION crier.set_preference(p_tenant text, p_recipient_id text, p_event_type text, p_channel text, p_enabled boolean) RETURNS void
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/set_preference.sql
+
+--
+-- Name: set_recipient_settings(text, text, jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.set_recipient_settings(p_tenant text, p_recipient_id text, p_settings jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/set_recipient_settings.sql
 
 --
 -- Name: snapshot_within(pg_snapshot, pg_snapshot); Type: FUNCTION; Schema: crier; Owner: -
@@ -774,6 +790,21 @@ CREATE TABLE crier.preferences (
 );
 
 --
+-- Name: recipient_settings; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.recipient_settings (
+    tenant text NOT NULL,
+    recipient_id text NOT NULL,
+    time_zone text,
+    locale text,
+    quiet_hours jsonb,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT recipient_settings_locale_check CHECK (((locale IS NULL) OR (locale ~ '^[a-z]{2,3}(-[A-Za-z0-9]{1,8})*$'::text))),
+    CONSTRAINT recipient_settings_quiet_hours_check CHECK (((quiet_hours IS NULL) OR (jsonb_typeof(quiet_hours) = 'array'::text)))
+);
+
+--
 -- Name: rules_status; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -1067,6 +1098,13 @@ ALTER TABLE ONLY crier.notifications
 
 ALTER TABLE ONLY crier.preferences
     ADD CONSTRAINT preferences_pkey PRIMARY KEY (tenant, recipient_id, event_type, channel);
+
+--
+-- Name: recipient_settings recipient_settings_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.recipient_settings
+    ADD CONSTRAINT recipient_settings_pkey PRIMARY KEY (tenant, recipient_id);
 
 --
 -- Name: rules_status rules_status_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
