@@ -49,7 +49,7 @@ CREATE FUNCTION crier.api_health(OUT outbox_lag double precision, OUT delivery_l
 -- Name: api_metrics(); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.api_metrics() RETURNS TABLE(metric text, label1 text, value1 text, label2 text, value2 text, value double precision)
+CREATE FUNCTION crier.api_metrics() RETURNS TABLE(metric text, label1 text, value1 text, label2 text, value2 text, value double precision, ord text)
     LANGUAGE sql STABLE
     AS $$ … $$; -- the body: sql/functions/api_metrics.sql
 
@@ -326,6 +326,54 @@ CREATE FUNCTION crier.leave_audience(p_tenant text, p_audience text, p_recipient
     AS $$ … $$; -- the body: sql/functions/leave_audience.sql
 
 --
+-- Name: metric_add(text[], text[], text[], text[], text[], double precision[]); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metric_add(p_metric text[], p_label1 text[], p_value1 text[], p_label2 text[], p_value2 text[], p_n double precision[]) RETURNS void
+    LANGUAGE sql
+    AS $$ … $$; -- the body: sql/functions/metric_add.sql
+
+--
+-- Name: metric_buckets(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metric_buckets() RETURNS double precision[]
+    LANGUAGE sql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/metric_buckets.sql
+
+--
+-- Name: metric_observe(text, text, text[], double precision[]); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metric_observe(p_metric text, p_label text, p_value text[], p_seconds double precision[]) RETURNS void
+    LANGUAGE sql
+    AS $$ … $$; -- the body: sql/functions/metric_observe.sql
+
+--
+-- Name: metrics_delivery_state(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metrics_delivery_state() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/metrics_delivery_state.sql
+
+--
+-- Name: metrics_fanout(bigint, bigint, double precision[], bigint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metrics_fanout(p_created bigint, p_quarantined bigint, p_latency double precision[], p_feed_suppressed bigint) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/metrics_fanout.sql
+
+--
+-- Name: metrics_sent(text[], text[], double precision[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[], p_duration_ms double precision[], p_notification bigint[], p_created timestamp with time zone[]) RETURNS void
+    LANGUAGE sql
+    AS $$ … $$; -- the body: sql/functions/metrics_sent.sql
+
+--
 -- Name: natural_key(text, text); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -396,6 +444,14 @@ CREATE FUNCTION crier.set_recipient_settings(p_tenant text, p_recipient_id text,
 CREATE FUNCTION crier.snapshot_within(p_a pg_snapshot, p_b pg_snapshot) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$ … $$; -- the body: sql/functions/snapshot_within.sql
+
+--
+-- Name: suppression_reason(text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.suppression_reason(p_error text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/suppression_reason.sql
 
 --
 -- Name: timer_key(text[]); Type: FUNCTION; Schema: crier; Owner: -
@@ -742,6 +798,20 @@ CREATE TABLE crier.memberships (
 );
 
 --
+-- Name: metric_counters; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.metric_counters (
+    metric text NOT NULL,
+    label1 text DEFAULT ''::text NOT NULL,
+    value1 text DEFAULT ''::text NOT NULL,
+    label2 text DEFAULT ''::text NOT NULL,
+    value2 text DEFAULT ''::text NOT NULL,
+    shard integer NOT NULL,
+    value double precision DEFAULT 0 NOT NULL
+);
+
+--
 -- Name: notifications; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -1079,6 +1149,13 @@ ALTER TABLE ONLY crier.memberships
     ADD CONSTRAINT memberships_pkey PRIMARY KEY (tenant, audience, recipient_id, joined_at);
 
 --
+-- Name: metric_counters metric_counters_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.metric_counters
+    ADD CONSTRAINT metric_counters_pkey PRIMARY KEY (metric, label1, value1, label2, value2, shard);
+
+--
 -- Name: notifications notifications_key_hash_key; Type: CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1290,6 +1367,18 @@ CREATE INDEX timers_due ON crier.timers USING btree (due_at) WHERE (state = 'pen
 --
 
 CREATE TRIGGER audience_items_notify AFTER INSERT ON crier.audience_items REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION crier.feed_notify_audiences();
+
+--
+-- Name: deliveries deliveries_metrics_insert; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER deliveries_metrics_insert AFTER INSERT ON crier.deliveries FOR EACH ROW WHEN ((new.state = ANY (ARRAY['dead'::text, 'suppressed'::text, 'digested'::text]))) EXECUTE FUNCTION crier.metrics_delivery_state();
+
+--
+-- Name: deliveries deliveries_metrics_update; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER deliveries_metrics_update AFTER UPDATE OF state ON crier.deliveries FOR EACH ROW WHEN (((new.state = ANY (ARRAY['dead'::text, 'suppressed'::text, 'digested'::text])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION crier.metrics_delivery_state();
 
 --
 -- Name: events events_check_children_delete; Type: TRIGGER; Schema: crier; Owner: -

@@ -27,6 +27,7 @@ DECLARE
     v_ok_t text[]; v_ok_c text[]; v_ok_g text[];
     v_f_t text[]; v_f_c text[]; v_f_g text[]; v_f_n integer[]; v_f_gone boolean[];
     v_f_status integer[]; v_f_error text[];
+    v_s_channel text[]; v_s_outcome text[]; v_s_ms double precision[]; v_s_nid bigint[]; v_s_created timestamptz[];
     r record;
 BEGIN
     INSERT INTO crier.delivery_attempts (delivery_id, attempt, started_at, duration_ms, outcome, status,
@@ -37,8 +38,8 @@ BEGIN
     ON CONFLICT DO NOTHING;
 
     WITH x AS (
-        SELECT a.* FROM unnest(p_id, p_attempt, p_outcome, p_health, p_status, p_error, p_delay, p_probe)
-            AS a(id, attempt, outcome, health, status, error, delay, probe)
+        SELECT a.* FROM unnest(p_id, p_attempt, p_outcome, p_health, p_status, p_error, p_delay, p_probe, p_duration)
+            AS a(id, attempt, outcome, health, status, error, delay, probe, duration)
     ), upd AS (
         UPDATE crier.deliveries d SET
             state = CASE x.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END,
@@ -50,7 +51,12 @@ BEGIN
             delivered_at = CASE WHEN x.outcome = 'delivered' THEN now() END,
             dead_at = CASE WHEN x.outcome = 'dead' THEN now() END
         FROM x WHERE d.id = x.id AND d.attempts = x.attempt AND d.state = 'sending'
-        RETURNING d.tenant, d.channel, d.target, x.outcome AS final, x.health, x.status, x.error
+        RETURNING d.tenant, d.channel, d.target, x.outcome AS final, x.health, x.status, x.error,
+                  x.duration, d.notification_id, d.created_at
+    ), sent AS (
+        SELECT array_agg(channel) AS c, array_agg(final) AS o, array_agg(duration) AS ms,
+               array_agg(notification_id) AS nid, array_agg(created_at) AS created
+        FROM upd
     ), counted AS (
         SELECT count(*)::int AS n,
                count(*) FILTER (WHERE final = 'delivered')::int AS n_ok,
@@ -78,10 +84,15 @@ BEGIN
     )
     SELECT counted.n, counted.n_ok, counted.n_retry, counted.n_dead,
            ok.t, ok.c, ok.g, failing.t, failing.c, failing.g, failing.n, failing.gone,
-           failing.status, failing.error
+           failing.status, failing.error, sent.c, sent.o, sent.ms, sent.nid, sent.created
     INTO applied, delivered, retried, dead, v_ok_t, v_ok_c, v_ok_g,
-         v_f_t, v_f_c, v_f_g, v_f_n, v_f_gone, v_f_status, v_f_error
-    FROM counted, ok, failing;
+         v_f_t, v_f_c, v_f_g, v_f_n, v_f_gone, v_f_status, v_f_error,
+         v_s_channel, v_s_outcome, v_s_ms, v_s_nid, v_s_created
+    FROM counted, ok, failing, sent;
+    -- /metrics: what was applied (dead ones: crier.metrics_delivery_state)
+    IF v_s_channel IS NOT NULL THEN
+        PERFORM crier.metrics_sent(v_s_channel, v_s_outcome, v_s_ms, v_s_nid, v_s_created);
+    END IF;
 
     -- Endpoints that answered: healthy again; a paused one resumes and its
     -- parked deliveries are due now.

@@ -41,6 +41,8 @@ BEGIN
         ON CONFLICT (key_hash) DO NOTHING
         RETURNING n.id INTO v_notification;
         IF v_notification IS NOT NULL THEN
+            PERFORM crier.metric_add(ARRAY['crier_notifications_created_total'], ARRAY[''], ARRAY[''], ARRAY[''],
+                                     ARRAY[''], ARRAY[1::double precision]);
             INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,
                                           subject, html, sender, retry_schedule, state)
             VALUES (v_notification, g.tenant, g.channel, p_message_id[i], p_target[i], p_body[i], p_secret[i],

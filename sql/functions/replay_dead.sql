@@ -37,6 +37,11 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO events FROM upd;
+    -- /metrics: a replayed event is waiting again (crier_events_accepted_total
+    -- = fanned out + quarantined - replayed + waiting)
+    PERFORM crier.metric_add(ARRAY['crier_events_replayed_total', 'crier_deliveries_replayed_total'],
+                             ARRAY['', ''], ARRAY['', ''], ARRAY['', ''], ARRAY['', ''],
+                             ARRAY[events, deliveries]::double precision[]);
 
     SELECT count(*) INTO remaining
     FROM crier.dead_letters(p_tenant, p_type, p_channel, p_since, p_until, p_kind, p_id, p_event);

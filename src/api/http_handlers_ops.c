@@ -181,6 +181,30 @@ static const char *metric_help(const char *name)
         {"crier_deliveries_oldest_due_seconds",
          "Seconds the oldest due delivery has waited for an attempt.", "gauge"},
         {"crier_endpoints", "Webhook endpoints paused or disabled after failing.", "gauge"},
+        {"crier_events_accepted_total",
+         "Events accepted into the outbox (fanned out + quarantined - replayed + waiting).", "counter"},
+        {"crier_events_fanned_out_total", "Events fanned out (pending to done).", "counter"},
+        {"crier_events_quarantined_total", "Events quarantined (dead) after their rules kept failing.",
+         "counter"},
+        {"crier_events_replayed_total", "Quarantined events replayed (dead to pending).", "counter"},
+        {"crier_notifications_created_total", "Notifications created (a duplicate key creates none).",
+         "counter"},
+        {"crier_notifications_suppressed_total",
+         "Deliveries and feed items not sent, by channel and reason (preference, throttle, cancel_on, "
+         "unless_read, unless_seen, other).",
+         "counter"},
+        {"crier_deliveries_total",
+         "Deliveries by channel and outcome: delivered, dead, digested (folded into a digest), and "
+         "retried attempts.",
+         "counter"},
+        {"crier_deliveries_replayed_total", "Dead deliveries replayed (dead to pending).", "counter"},
+        {"crier_fanout_latency_seconds", "Seconds from an event's commit to its fan-out.", "histogram"},
+        {"crier_delivery_latency_seconds", "Seconds from an event's commit to a delivery of it, by channel.",
+         "histogram"},
+        {"crier_send_duration_seconds", "Seconds one send attempt took, by channel.", "histogram"},
+        {"crier_timers_pending", "Timers (delays, digests) waiting to fire, by kind.", "gauge"},
+        {"crier_timers_oldest_overdue_seconds",
+         "Seconds the most overdue pending timer is late (0: none overdue).", "gauge"},
         {"crier_workers",
          "crier serve workers by liveness (dead: 3 missed heartbeats; stopped: stopped cleanly).",
          "gauge"},
@@ -196,14 +220,32 @@ static const char *metric_help(const char *name)
         {"crier_rules_last_reload_failed", "1 when a worker's last rules reload was rejected.",
          "gauge"},
     };
-    static char buf[512];
+    static _Thread_local char buf[512]; /* the API's threads scrape at once */
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
-        if (!strcmp(helps[i].name, name)) {
+        if (!strcmp(helps[i].name, name) && strlen(name) < 200) {
             snprintf(buf, sizeof buf, "# HELP %s %s\n# TYPE %s %s\n", name, helps[i].help, name,
                      helps[i].type);
             return buf;
         }
     return "";
+}
+
+/* The family of a sample's name: a histogram's _bucket, _sum and _count
+ * belong to the histogram's name. */
+static void metric_family(const char *name, char *out, size_t len)
+{
+    static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
+    size_t n = strlen(name);
+    snprintf(out, len, "%s", name);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t k = strlen(suffixes[i]);
+        if (n > k && n - k < len && !strcmp(name + n - k, suffixes[i])) {
+            out[n - k] = '\0';
+            if (strstr(metric_help(out), " histogram\n"))
+                return;
+            snprintf(out, len, "%s", name);
+        }
+    }
 }
 
 int crier_http_metrics(crier_http_request *r)
@@ -224,7 +266,8 @@ int crier_http_metrics(crier_http_request *r)
          * public route: no credential, no tenant); PQexec, not
          * crier_http_query, because a failure is a metric, not an error */
         res = PQexec(
-            r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics() ORDER BY 1");
+            r->pg, "SELECT metric, label1, value1, label2, value2, value FROM crier.api_metrics()"
+                   " ORDER BY metric, ord"); /* a family's series adjacent, a histogram's buckets by bound */
         up = PQresultStatus(res) == PGRES_TUPLES_OK;
         if (!up)
             crier_warn("http", "/metrics: %s", PQerrorMessage(r->pg));
@@ -238,10 +281,12 @@ int crier_http_metrics(crier_http_request *r)
     crier_json_buf_printf(&out, "crier_database_up %d\n", up ? 1 : 0);
     for (int i = 0; up && i < PQntuples(res); i++) {
         const char *name = PQgetvalue(res, i, 0);
-        if (strcmp(name, prev)) {
-            /* HELP/TYPE once per metric (rows of a metric are adjacent) */
-            crier_json_buf_puts(&out, metric_help(name));
-            snprintf(prev, sizeof prev, "%s", name);
+        char family[64];
+        metric_family(name, family, sizeof family);
+        if (strcmp(family, prev)) {
+            /* HELP/TYPE once per family (a family's rows are adjacent) */
+            crier_json_buf_puts(&out, metric_help(family));
+            snprintf(prev, sizeof prev, "%s", family);
         }
         crier_json_buf_puts(&out, name);
         if (!PQgetisnull(res, i, 1)) {

@@ -69,7 +69,16 @@ typedef struct {
  * an hour deleted. */
 static const char SQL_STATUS[] =
     "WITH gone AS (DELETE FROM crier.rules_status WHERE worker <> $1"
-    "    AND coalesce(stopped_at, heartbeat_at, updated_at) < now() - interval '1 hour')"
+    "    AND coalesce(stopped_at, heartbeat_at, updated_at) < now() - interval '1 hour'),"
+    /* and the metric counters of database backends that are gone folded into
+     * shard 0 (sql/022_metrics.sql): the table keeps one shard per live backend */
+    " folded AS (DELETE FROM crier.metric_counters c WHERE c.shard <> 0"
+    "    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.shard)"
+    "    RETURNING c.metric, c.label1, c.value1, c.label2, c.value2, c.value),"
+    " kept AS (INSERT INTO crier.metric_counters AS c (metric, label1, value1, label2, value2, shard, value)"
+    "    SELECT metric, label1, value1, label2, value2, 0, sum(value) FROM folded"
+    "    GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5"
+    "    ON CONFLICT (metric, label1, value1, label2, value2, shard) DO UPDATE SET value = c.value + EXCLUDED.value)"
     " INSERT INTO crier.rules_status AS s (worker, rules_dir, version, loaded_at, reloads_ok, reloads_failed,"
     "    last_error, last_error_at, updated_at, started_at, heartbeat_at, heartbeat_interval, stopped_at,"
     "    events_in_flight, deliveries_in_flight, events_fanned_out, deliveries_claimed)"

@@ -230,7 +230,7 @@ static const char SQL_WRITE[] =
     "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
     "      rules_version = $9, last_error = NULL, pages = pages + 1"
     "  WHERE id = ANY($15::bigint[])"
-    "  RETURNING 1"
+    "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency"
     "), more AS ("
     "  UPDATE crier.events AS e SET cursor = m.cursor, pages = e.pages + 1, rules_version = $9,"
     "      last_error = NULL"
@@ -251,8 +251,12 @@ static const char SQL_WRITE[] =
     "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])"
     "  RETURNING 1"
     ")"
+    /* GET /metrics' counters, in the batch's transaction (sql/functions/metrics_fanout.sql) */
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done),"
-    "        (SELECT count(*) FROM failed WHERE state = 'dead')";
+    "        (SELECT count(*) FROM failed WHERE state = 'dead'),"
+    "        crier.metrics_fanout((SELECT count(*) FROM ins), (SELECT count(*) FROM failed WHERE state = 'dead'),"
+    "            (SELECT array_agg(latency) FROM done),"
+    "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))";
 
 /* After the write, when the batch planned deliveries with a timing: holds,
  * throttles, digests (sql/functions/apply_timing.sql). */
