@@ -22,6 +22,14 @@ CREATE FUNCTION crier.api_dead_letters(p_tenant text, p_type text, p_channel tex
     AS $$ … $$; -- the body: sql/functions/api_dead_letters.sql
 
 --
+-- Name: api_emit(text, text, text, jsonb, text, text, text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.api_emit(p_tenant text, p_type text, p_entity text, p_payload jsonb, p_dedupe text, p_idem_key text, p_body text, OUT status integer, OUT code text, OUT body text, OUT replayed boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/api_emit.sql
+
+--
 -- Name: api_event(text, bigint, integer); Type: FUNCTION; Schema: crier; Owner: -
 --
 

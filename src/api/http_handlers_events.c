@@ -35,69 +35,15 @@ static bool events_valid_type(const char *t)
            strspn(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == len;
 }
 
-/* Claims the Idempotency-Key for this request. Returns 1 when the request
- * should go on (the key is new), 0 when a response was set (a replay of the
- * first response, or 409 for another body), -1 on error. A concurrent request
- * with the same key waits on the row until the first one commits or rolls
- * back. */
-static int events_claim_key(crier_http_request *r, const char *key)
-{
-    const char *values[2] = {key, r->body.data}; /* $2, $3 after the tenant */
-    PGresult *res;
-
-    res = crier_http_query_tenant(r,
-                                  "DELETE FROM crier.api_idempotency WHERE tenant = $1 AND key = $2"
-                                  " AND created_at < now() - interval '24 hours'",
-                                  1, values);
-    if (!res)
-        return -1;
-    PQclear(res);
-    res = crier_http_query_tenant(r,
-                                  "INSERT INTO crier.api_idempotency (tenant, key, request_hash)"
-                                  " VALUES ($1, $2, sha256(convert_to($3::jsonb::text, 'UTF8')))"
-                                  " ON CONFLICT DO NOTHING RETURNING 1",
-                                  2, values);
-    if (!res)
-        return -1;
-    int claimed = PQntuples(res);
-    PQclear(res);
-    if (claimed)
-        return 1;
-    res = crier_http_query_tenant(
-        r,
-        "SELECT request_hash = sha256(convert_to($3::jsonb::text, 'UTF8')), status, response"
-        " FROM crier.api_idempotency WHERE tenant = $1 AND key = $2",
-        2, values);
-    if (!res)
-        return -1;
-    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 2)) {
-        PQclear(res);
-        return crier_http_error(
-            r, 409, "idempotency_key_in_use",
-            "a request with this Idempotency-Key is still being processed; retry");
-    }
-    if (strcmp(PQgetvalue(res, 0, 0), "t")) {
-        PQclear(res);
-        return crier_http_error(r, 409, "idempotency_key_reused",
-                                "this Idempotency-Key was used with a different request body");
-    }
-    /* the same request again: the first response, marked as a replay */
-    crier_http_reply(r, 200, PQgetvalue(res, 0, 2), (size_t)PQgetlength(res, 0, 2));
-    r->replayed = true;
-    PQclear(res);
-    return 0;
-}
-
 int crier_http_events_create(crier_http_request *r)
 {
     static const char *const names[] = {"type", "entity_id", "payload", "dedupe_key"};
     crier_http_field f[4];
     const char *type, *entity, *payload = "{}", *dedupe, *key;
-    char err[2048], id[32];
-    const char *values[4];
+    char err[2048];
+    const char *values[6];
     PGresult *res;
     crier_plan_status st;
-    bool created;
 
     key = crier_http_header(r, "Idempotency-Key");
     if (key && !events_valid_idempotency_key(key))
@@ -128,55 +74,38 @@ int crier_http_events_create(crier_http_request *r)
         return crier_http_error(r, 500, "internal_error",
                                 "the rules failed to validate the event (request id %llu)", r->id);
     }
-    if (key) {
-        int go = events_claim_key(r, key);
-        if (go <= 0)
-            return go;
-    }
-
+    /* one statement (sql/functions/api_emit.sql): the Idempotency-Key
+     * claimed or replayed, the emit, the answer, the answer kept for the key */
     values[0] = type;
     values[1] = entity;
     values[2] = payload;
     values[3] = dedupe;
-    res = crier_http_query_tenant(r, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 4, values);
+    values[4] = key;
+    values[5] = r->body.data;
+    res = crier_http_query_tenant_prepared(
+        r, CRIER_HTTP_STMT_EMIT,
+        "SELECT status, code, body, replayed FROM crier.api_emit($1, $2, $3, $4::jsonb, $5, $6, $7)", 6,
+        values);
     if (!res)
         return -1;
-    snprintf(id, sizeof id, "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-    /* the row was inserted by this transaction unless it was a duplicate */
-    values[0] = id;
-    res = crier_http_query_tenant(
-        r,
-        "SELECT e.xmin = pg_current_xact_id()::xid,"
-        " json_build_object('id', e.id, 'type', e.event_type, 'entity_id', e.entity_id,"
-        "   'dedupe_key', e.dedupe_key, 'state', e.state, 'created_at', e.created_at,"
-        "   'duplicate', e.xmin <> pg_current_xact_id()::xid)"
-        " FROM crier.events e WHERE e.id = $2::bigint AND e.tenant = $1",
-        1, values);
-    if (!res)
-        return -1;
-    if (PQntuples(res) != 1) {
+    if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
         PQclear(res);
-        return crier_http_error(r, 500, "internal_error",
-                                "the emitted event vanished (request id %llu)", r->id);
+        return crier_http_error(r, 500, "internal_error", "the event's answer is missing (request id %llu)",
+                                r->id);
     }
-    created = !strcmp(PQgetvalue(res, 0, 0), "t");
-    crier_http_reply(r, created ? 201 : 200, PQgetvalue(res, 0, 1), (size_t)PQgetlength(res, 0, 1));
-    PQclear(res);
-    if (key) {
-        char status[8];
-        snprintf(status, sizeof status, "%u", r->status);
-        values[0] = key;
-        values[1] = status;
-        values[2] = r->response.data;
-        res = crier_http_query_tenant(r,
-                                      "UPDATE crier.api_idempotency SET status = $3::int,"
-                                      " response = $4 WHERE tenant = $1 AND key = $2",
-                                      3, values);
-        if (!res)
-            return -1;
+    unsigned status = (unsigned)strtoul(PQgetvalue(res, 0, 0), NULL, 10);
+    if (status == 409) {
+        bool in_use = !strcmp(PQgetvalue(res, 0, 1), "in_use");
         PQclear(res);
+        if (in_use)
+            return crier_http_error(r, 409, "idempotency_key_in_use",
+                                    "a request with this Idempotency-Key is still being processed; retry");
+        return crier_http_error(r, 409, "idempotency_key_reused",
+                                "this Idempotency-Key was used with a different request body");
     }
+    crier_http_reply(r, status, PQgetvalue(res, 0, 2), (size_t)PQgetlength(res, 0, 2));
+    r->replayed = !strcmp(PQgetvalue(res, 0, 3), "t");
+    PQclear(res);
     /* now and then, purge idempotency records past their day: maintenance
      * of every tenant's expired records (no tenant's data is read or
      * answered), hence not tenant-scoped */

@@ -49,7 +49,7 @@ PGresult *crier_http_query_tenant(crier_http_request *r, const char *sql, int n,
 /* The same for a hot statement, prepared once per pooled connection (so it
  * is parsed and, where PostgreSQL's plan cache decides so, planned once).
  * id (0..31, one per statement text) names it. */
-enum { CRIER_HTTP_STMT_FEED_FIRST_PAGE };
+enum { CRIER_HTTP_STMT_FEED_FIRST_PAGE, CRIER_HTTP_STMT_EMIT };
 PGresult *crier_http_query_tenant_prepared(crier_http_request *r, int id, const char *sql, int n,
                                            const char *const *values);
 
