@@ -796,8 +796,9 @@ end
 
 -- crier.filter(name, fn): declares a template filter for the templates of
 -- the rules declared after it in the same file; other files do not see it
--- (the built-in filters are shared and read-only). fn(value, args) gets the
--- value (nil or json.null when missing) and the arguments' values, and
+-- (the built-in filters are shared and read-only). fn(value, args, locale)
+-- gets the value (nil or json.null when missing), the arguments' values
+-- (named ones under their names) and the render's locale tag (or nil), and
 -- returns the new value, or nil and a message that fails the render; it runs
 -- under the rules' limits. A built-in filter's name, or a name declared twice
 -- in a file, is a load error at the declaration's line; a name that is not a

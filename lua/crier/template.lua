@@ -684,7 +684,11 @@ local filter_rules = {
     [join] = { 0, 1, function(args)
         return check_separator("join", "separator", literal(args[1]))
     end },
-    [plural] = { 0, 0, function(args)
+    [plural] = { 0, math.huge, function(args)
+        if args[1] ~= nil then
+            return "plural: give the forms by category, e.g. plural(one='# item', other='# items') (categories: "
+                .. "zero, one, two, few, many, other; CLDR's, per language)"
+        end
         if args.other == nil then
             return "plural: the form for 'other' is missing (every language has it; a category without a form "
                 .. "uses it), e.g. plural(one='# item', other='# items')"

@@ -15,7 +15,7 @@ crier.event_type "invoice.due" {
 crier.rule "invoice.due" {
     locale = "en",
     recipients = function(event) return event.payload.people end,
-    channels = { "email", "webhook", "feed" },
+    channels = { "email", "webhook", "feed", "kafka" },
     email = {
         from = "billing@example.com",
         subject = "Invoice {{ payload.id }} is due",
@@ -42,6 +42,11 @@ crier.rule "invoice.due" {
         locales = { de = { body = { text = "fest" } } },
     },
     feed = { title = "Invoice {{ payload.id }}", locales = { fr = { title = "Facture {{ payload.id }}" } } },
+    kafka = {
+        topic = "invoices",
+        body = [[{"n": "{{ payload.items | plural(one='# item', other='# items') }}"}]],
+        locales = { pl = { body = [[{"n": "{{ payload.items | plural(few='# pozycje', other='# pozycji') }}"}]] } },
+    },
 }
 ]=]
 
@@ -85,6 +90,11 @@ describe("content per locale", function()
         -- locale (the text is English)
         assert.are.same({ text = "€1,234.50" }, testing.assert_delivered(result, "pl", "webhook").body)
         assert.are.equal("Invoice inv_7", testing.assert_delivered(result, "de", "feed").content.title)
+        assert.are.same({ n = "3 pozycje" }, testing.assert_delivered(result, "pl", "kafka").body)
+        assert.are.same({ n = "3 items" }, testing.assert_delivered(result, "ja", "kafka").body)
+        result = rules:plan(event({ person("fr", "fr-CA") }))
+        assert.are.equal("Facture inv_7", testing.assert_delivered(result, "fr", "feed").content.title)
+        assert.are.equal("Invoice inv_7 is due", testing.assert_delivered(result, "fr", "email").subject)
     end)
 
     it("uses Polish plural forms", function()

@@ -150,8 +150,8 @@ describe("the plural filter", function()
             compile_error("{{ n | plural(one=1, other='c') }}"), 1, true)
         assert.matches("argument 'one' of 'plural' is given twice",
             compile_error("{{ n | plural(one='a', one='b', other='c') }}"), 1, true)
-        assert.matches("filter 'plural' takes 0 arguments, got 1",
-            compile_error("{{ n | plural('a', other='c') }}"), 1, true)
+        assert.matches("plural: give the forms by category, e.g. plural(one='# item', other='# items')",
+            compile_error("{{ n | plural('a', 'b') }}"), 1, true)
         assert.matches("filter 'upper' has no argument named 'x' %(column 14%); it takes no named arguments",
             compile_error("{{ n | upper(x='y') }}"))
         -- a lone "=" elsewhere is still the comparison hint
