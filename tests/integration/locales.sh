@@ -3,7 +3,8 @@
 # real SMTP server: recipients whose locale is en, de-AT, pl and ja (given by
 # the rules' recipients function) get the webhook and the email in their
 # language, with the fallback de-AT -> de and Polish and Japanese plurals;
-# `crier try --locale` prints the same rendering, and refuses a bad tag.
+# a digest keeps its recipient's locale until its window closes; `crier try
+# --locale` prints the same rendering, and refuses a bad tag.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -48,6 +49,19 @@ crier.rule "comments.waiting" {
                    text = "Verlängert am {{ '2026-01-05' | date('long') }}." },
             pl = { subject = "Twój plan: {{ payload.cents | money('EUR') }}" },
         },
+    },
+}
+crier.event_type "comment.posted" { payload = { who = "array" } }
+crier.rule "comment.posted" {
+    locale = "en",
+    recipients = function(event) return event.payload.who end,
+    channels = { "webhook" },
+    webhook = {
+        url = crier.setting("url"),
+        digest = { window = "2s", key = "posts", body = [[{"digest": "{{ recipient.id }}",
+            "text": "{{ digest.count | plural(one='# comment', other='# comments') }}"}]] },
+        locales = { pl = { digest = { body = [[{"digest": "{{ recipient.id }}",
+            "text": "{{ digest.count | plural(one='# komentarz', few='# komentarze', many='# komentarzy', other='# komentarza') }}"}]] } } },
     },
 }
 LUA
@@ -118,6 +132,27 @@ want = {
 assert mails == want, mails
 PY
 
+# ---- a digest: the window closes after the recipient's locale was planned
+: >"$RECEIVER_LOG"
+"$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --set "url=$RECEIVER_URL" --smtp-url "smtp://127.0.0.1:$port" \
+    >"$WORK/serve-digest.log" 2>&1 &
+SERVE_PID=$!
+PIDS+=("$SERVE_PID")
+who='[{"id": "ann", "locale": "en"}, {"id": "piotr", "locale": "pl"}, {"id": "ola", "locale": "pl"}]'
+for i in 1 2 3; do
+    sql "SELECT crier.emit('acme', 'comment.posted', 'c$i', '{\"who\": $who}')" >/dev/null
+done
+for _ in $(seq 300); do
+    [ "$(requests_at "$RECEIVER_LOG")" -ge 3 ] && break
+    sleep 0.1
+done
+stop_serve
+/usr/bin/python3 - "$RECEIVER_LOG" <<'PY' || fail "digests per locale: $(cat "$RECEIVER_LOG")"
+import json, sys
+got = sorted(tuple(json.loads(json.loads(l)["body"]).values()) for l in open(sys.argv[1]) if l.strip())
+assert got == [("ann", "3 comments"), ("ola", "3 komentarze"), ("piotr", "3 komentarze")], got
+PY
+
 # ---- a locale stored with crier.set_recipient_settings
 # ENABLE AFTER MERGING tz (issue 15 items 1-2): its fan-out loads
 # crier.recipient_settings.locale into recipient.locale; until then a stored
@@ -134,7 +169,8 @@ if [ "${CRIER_TEST_STORED_LOCALE:-0}" = 1 ]; then
     one='[{"id": "xena", "email": "xena@acme.test"}]'
     sql "SELECT crier.emit('acme', 'comments.waiting', 'p2',
          '{\"post\": \"Roadmap\", \"count\": 1, \"cents\": 500, \"people\": $one}')" >/dev/null
-    wait_for "SELECT count(*) = 12 FROM crier.deliveries WHERE state = 'delivered'" 30 "xena's deliveries"
+    wait_for "SELECT count(*) = 2 FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+              WHERE n.entity_id = 'p2' AND d.state = 'delivered'" 30 "xena's deliveries"
     stop_serve
     grep -q '1 neuer Kommentar zu Roadmap' "$RECEIVER_LOG" || fail "stored locale de: $(cat "$RECEIVER_LOG")"
 fi
