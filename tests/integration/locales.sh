@@ -73,6 +73,27 @@ people='[{"id": "ann", "email": "ann@acme.test", "locale": "en"},
          {"id": "xena", "email": "xena@acme.test"}]'
 payload="{\"post\": \"Release notes\", \"count\": 22, \"cents\": 123450, \"people\": $people}"
 
+# ---- the shared tag vectors: what crier.set_recipient_settings stores
+# (tests/vectors/locale_tags.tsv; tests/lua/locale_spec.lua checks the Lua side)
+rows=0
+while IFS= read -r line; do
+    case "$line" in "#"* | tag$'\t'*) continue ;; esac
+    tag=${line%%$'\t'*} # (not read's field splitting: it folds an empty first field)
+    rest=${line#*$'\t'}
+    stored=${rest%%$'\t'*}
+    rows=$((rows + 1))
+    if psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 -v tag="$tag" >/dev/null 2>&1 <<'SQL'; then
+SELECT crier.set_recipient_settings('acme', 'vector', jsonb_build_object('locale', :'tag'::text))
+SQL
+        got=t
+    else
+        got=f
+    fi
+    assert_eq "$stored" "$got" "crier.set_recipient_settings and locale tag '$tag'"
+done <"$CRIER_SOURCE_DIR/tests/vectors/locale_tags.tsv"
+[ "$rows" -ge 25 ] || fail "locale_tags.tsv has $rows rows"
+sql "DELETE FROM crier.recipient_settings WHERE recipient_id = 'vector'" >/dev/null
+
 # ---- crier try --locale: the rendering a de-AT recipient gets, without a daemon
 "$CRIER_BIN" try --rules "$WORK/rules" --no-db --set "url=$RECEIVER_URL" --tenant acme --type comments.waiting \
     --entity p1 --payload "$payload" --locale de-AT >"$WORK/try.out" 2>&1 || fail "crier try --locale: $(cat "$WORK/try.out")"

@@ -34,6 +34,31 @@ describe("crier.locale tags", function()
         end
     end)
 
+    it("agrees with crier.set_recipient_settings on tests/vectors/locale_tags.tsv", function()
+        local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+        local f = assert(io.open(here .. "/../vectors/locale_tags.tsv", "rb"))
+        local rows, header = 0, nil
+        for line in f:lines() do
+            if line:sub(1, 1) ~= "#" then
+                if not header then
+                    header = line
+                    assert.are.equal("tag\tstored\tcanonical", header)
+                else
+                    local tag, stored, canonical = line:match("^([^\t]*)\t([tf])\t([^\t]+)$")
+                    assert(tag, "locale_tags.tsv: a line is not tag<TAB>t|f<TAB>canonical: " .. line)
+                    rows = rows + 1
+                    local got = locale.normalize(tag)
+                    assert.are.equal(canonical ~= "\\N" and canonical or nil, got, tag)
+                    if stored == "t" then
+                        assert.is_string(got, "SQL stores " .. tag .. " but Lua refuses it")
+                    end
+                end
+            end
+        end
+        f:close()
+        assert.is_true(rows >= 25, "rows: " .. rows)
+    end)
+
     it("falls back from the most specific tag to the language", function()
         assert.are.same({ "de-at", "de" }, locale.chain("de-AT"))
         assert.are.same({ "zh-hant-tw", "zh-hant", "zh" }, locale.chain("zh-Hant-TW"))
