@@ -1078,6 +1078,9 @@ end
 --   discriminator  optional string, or function(event, recipient) -> string|nil
 --   webhook        { url = string|function, secret = string|function|nil,
 --                    body = function|table|template string|nil }
+--   locale         optional tag: the language of the blocks' own content
+-- A channel block's locales = { [tag] = { content fields } } gives its
+-- content per locale (LOCALE_CONTENT; crier._localized picks per recipient).
 -- Problems (unknown fields or channels, a listed channel without its config,
 -- a second rule for a type, a type that no file declares) are load errors at
 -- the declaration's file:line. Calling it outside a load, or with a bad
