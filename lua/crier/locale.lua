@@ -191,6 +191,32 @@ rule_for("ar", function(o)
 end)
 -- ja, zh, ko, id, th, vi, ms and any language not listed: "other" only.
 
+-- Lookups by tag, cached per tag text (at most CACHE_MAX tags: the texts come
+-- from data, so the cache is not allowed to grow without bound).
+local CACHE_MAX = 256
+local rule_cache, formats_cache = {}, {}
+local cached = {} -- cache -> entries
+
+-- The first entry of t along tag's chain (false when none), through cache.
+local function lookup(cache, t, tag)
+    local hit = cache[tag]
+    if hit ~= nil then
+        return hit
+    end
+    local found = false
+    for _, key in ipairs(locale.chain(tag)) do
+        if t[key] then
+            found = t[key]
+            break
+        end
+    end
+    local n = cached[cache] or 0
+    if n < CACHE_MAX and type(tag) == "string" then
+        cache[tag], cached[cache] = found, n + 1
+    end
+    return found
+end
+
 -- The operands of a count given as a number or a decimal string, or nil.
 local function operands(value)
     local s
@@ -227,13 +253,7 @@ function locale.plural_category(tag, count)
     if not o then
         return nil
     end
-    local rule
-    for _, key in ipairs(locale.chain(tag or "en")) do
-        rule = rules[key]
-        if rule then
-            break
-        end
-    end
+    local rule = lookup(rule_cache, rules, tag or "en")
     return rule and rule(o) or "other"
 end
 
@@ -338,12 +358,7 @@ local common_symbols = { EUR = "€", GBP = "£", USD = "$", JPY = "¥" }
 -- locale.formats(tag) -> the format data of tag's chain (nil when none of
 -- its tags has data: the filters then keep their locale-free formats).
 function locale.formats(tag)
-    for _, key in ipairs(locale.chain(tag)) do
-        if data[key] then
-            return data[key]
-        end
-    end
-    return nil
+    return lookup(formats_cache, data, tag) or nil
 end
 
 locale.STYLES = { short = true, medium = true, long = true, full = true, time = true }

@@ -1058,6 +1058,9 @@ local function parse_term(P)
     end
     local a = parse_value(P)
     local op = peek(P)
+    if is_op(op, "=") then
+        fail(P, op.p, "unexpected '='", "compare with == or !=")
+    end
     if op.k == "op" and comparisons[op.v] then
         take(P)
         local b = parse_value(P)

@@ -117,6 +117,14 @@ describe("crier.locale plural categories", function()
         end
     end)
 
+    it("answers the same after more distinct tags than it caches", function()
+        for i = 1, 1000 do
+            assert.are.equal("few", locale.plural_category("pl-" .. i, 3))
+            assert.are.equal("Jänner", locale.formats("de-AT-" .. i).months[1])
+        end
+        assert.are.equal("other", locale.plural_category("n", 1)) -- not a tag: no rules
+    end)
+
     it("is nil for what is not a count", function()
         assert.is_nil(locale.plural_category("en", "many"))
         assert.is_nil(locale.plural_category("en", 0 / 0))
@@ -181,6 +189,8 @@ describe("the plural filter", function()
             compile_error("{{ n | upper(x='y') }}"))
         -- a lone "=" elsewhere is still the comparison hint
         assert.matches("compare with == or !=", compile_error("{{ a = b }}"), 1, true)
+        assert.are.equal("t:1: unexpected '=' (column 10); compare with == or !=",
+            compile_error("{% if (a = b) %}x{% endif %}"))
     end)
 
     it("fails the render for a value that is not a count", function()
