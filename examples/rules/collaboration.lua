@@ -5,7 +5,9 @@
 -- comment.created  the post's watchers see the comment in their feed at once,
 --                  and get one email per hour listing the new comments (a
 --                  digest: the first comment opens the hour; at most 25 per
---                  email, a fuller one goes at once).
+--                  email, a fuller one goes at once). In English, and in
+--                  German for watchers whose locale is de (or de-AT, de-CH;
+--                  docs/RULES.md, "Locales").
 -- mention.created  the person mentioned sees it in their feed at once; an
 --                  email follows 10 minutes later only if the item is still
 --                  unread, and the team's on-call webhook hears about it after
@@ -54,6 +56,7 @@ crier.event_type "invoice.paid" {
 }
 
 crier.rule "comment.created" {
+    locale = "en", -- the blocks' own text; locales = { de = ... } below
     recipients = function(event)
         local out = {}
         for _, w in ipairs(event.payload.watchers) do
@@ -66,10 +69,20 @@ crier.rule "comment.created" {
     channels = function(_, watcher)
         return watcher.email and { "feed", "email" } or { "feed" }
     end,
-    feed = { title = "{{ payload.author }} commented on {{ payload.post_title }}", body = "{{ payload.text }}" },
+    feed = {
+        title = "{{ payload.author }} commented on {{ payload.post_title }}", body = "{{ payload.text }}",
+        locales = { de = { title = "{{ payload.author }} hat {{ payload.post_title }} kommentiert" } },
+    },
     email = {
         from = sender,
         subject = "New comment on {{ payload.post_title }}",
+        locales = {
+            de = {
+                subject = "Neuer Kommentar zu {{ payload.post_title }}",
+                digest = { subject = "{{ digest.count | plural(one='# neuer Kommentar', other='# neue Kommentare') }} "
+                    .. "zu {{ digest.last.payload.post_title }}" },
+            },
+        },
         text = "{{ payload.author }}: {{ payload.text }}",
         digest = {
             window = "1h",

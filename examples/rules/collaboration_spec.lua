@@ -59,6 +59,38 @@ describe("collaboration example", function()
         assert.are.equal("- ann: Looks good <3\n- cy: Ship it\n", d.body)
     end)
 
+    it("speaks German to watchers whose locale is de or de-AT, English to the others", function()
+        local event = {
+            type = "comment.created", tenant = "acme", entity_id = "cm_3",
+            payload = { post = "p1", post_title = "Release notes", author = "ann", text = "Danke",
+                        watchers = { { id = "dora", locale = "de-AT" }, { id = "eve", locale = "fr" } } },
+        }
+        local result = rules:plan(event)
+        assert.are.equal("ann hat Release notes kommentiert",
+            testing.assert_delivered(result, "dora", "feed").content.title)
+        assert.are.equal("ann commented on Release notes",
+            testing.assert_delivered(result, "eve", "feed").content.title)
+        -- as crier try --locale de would show it
+        result = rules:plan(event, { locale = "de" })
+        assert.are.equal("ann hat Release notes kommentiert",
+            testing.assert_delivered(result, "eve", "feed").content.title)
+        -- the hourly digest, in German, with German plurals; the lines
+        -- themselves are the block's own (the de block does not translate them)
+        local input = {
+            tenant = "acme", event_type = "comment.created", channel = "email",
+            recipient = { id = "dora", email = "dora@acme.test", locale = "de-AT" },
+            digest = { key = "comments:p1", window_start = "2026-01-05T09:00:00Z",
+                       window_end = "2026-01-05T10:00:00Z" },
+            items = { { id = 1, type = "comment.created", entity_id = "cm_1", payload = comment.payload } },
+        }
+        local d = assert(rules.generation:render_digest(json.encode(input)))[1].deliveries[1]
+        assert.are.equal("1 neuer Kommentar zu Release notes", d.subject)
+        assert.are.equal("- ann: Looks good <3\n", d.body)
+        input.items[2] = { id = 2, type = "comment.created", entity_id = "cm_2", payload = comment.payload }
+        d = assert(rules.generation:render_digest(json.encode(input)))[1].deliveries[1]
+        assert.are.equal("2 neue Kommentare zu Release notes", d.subject)
+    end)
+
     it("escalates an unread mention: email after 10 minutes, on-call after an hour, both only if unread", function()
         local result = rules:plan { type = "mention.created", tenant = "acme", entity_id = "mn_1",
             payload = { person = "bo", email = "bo@acme.test", author = "ann", post_title = "Release notes",

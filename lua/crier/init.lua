@@ -7,6 +7,7 @@
 
 local json = require "crier.json"
 local template = require "crier.template"
+local locale = require "crier.locale"
 local timing = require "crier.timing"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable =
@@ -301,8 +302,10 @@ local function default_body(event, recipient)
     }
 end
 
-local function template_context(event, recipient)
-    return setmetatable({ recipient = recipient, event = event }, { __index = event })
+-- locale: the render's locale (crier._localized), read by templates as
+-- {{ locale }} and by the locale-aware filters.
+local function template_context(event, recipient, render_locale)
+    return setmetatable({ recipient = recipient, event = event, locale = render_locale }, { __index = event })
 end
 
 -- A field that is a template string (compiled at load) or a function(event,
@@ -336,7 +339,7 @@ local function render_text_field(config, compiled, field, what, event, recipient
     end
     local out, err
     if compiled then
-        out, err = compiled(template_context(event, recipient))
+        out, err = compiled(template_context(event, recipient, config.render_locale))
         if not out then
             fail(err)
         end
@@ -379,7 +382,7 @@ local function render_json_body(config, what, event, recipient, fail)
     end
     local body, err
     if config.body_template then
-        body, err = config.body_template(template_context(event, recipient))
+        body, err = config.body_template(template_context(event, recipient, config.render_locale))
         if not body then
             fail(err)
         end
@@ -793,8 +796,9 @@ end
 
 -- crier.filter(name, fn): declares a template filter for the templates of
 -- the rules declared after it in the same file; other files do not see it
--- (the built-in filters are shared and read-only). fn(value, args) gets the
--- value (nil or json.null when missing) and the arguments' values, and
+-- (the built-in filters are shared and read-only). fn(value, args, locale)
+-- gets the value (nil or json.null when missing), the arguments' values
+-- (named ones under their names) and the render's locale tag (or nil), and
 -- returns the new value, or nil and a message that fails the render; it runs
 -- under the rules' limits. A built-in filter's name, or a name declared twice
 -- in a file, is a load error at the declaration's line; a name that is not a
@@ -844,7 +848,7 @@ end
 -- Fields a rule may have besides one block per channel kind.
 local rule_fields = {
     description = true, recipients = true, channels = true, discriminator = true, preferences = true,
-    mode = true, audience = true, backfill = true,
+    mode = true, audience = true, backfill = true, locale = true,
 }
 
 local function allowed_rule_fields()
@@ -902,6 +906,170 @@ local function digest_config(def, kind, config, report, compile)
     return merged
 end
 
+---------------------------------------------------------------------------
+-- Content per locale
+
+-- The fields a channel block's locales = { <tag> = { ... } } may translate.
+local LOCALE_CONTENT = {
+    email = { subject = true, text = true, html = true, digest = true },
+    webhook = { body = true, digest = true },
+    kafka = { body = true, digest = true },
+    feed = { title = true, body = true, url = true },
+}
+
+-- Checks a block's locales table and compiles one config per declared tag:
+-- the block with the fields of the tag's chain laid over it, least specific
+-- first ("de-AT" gets the block's fields, then de's, then de-AT's). Returns
+-- key -> compiled config (nil when there are none or problems).
+local function locale_configs(def, kind, config, base, report, compile)
+    local variants = config.locales
+    if type(variants) ~= "table" or getmetatable(variants) ~= nil then
+        report(format("%s.locales must be a table like { de = { ... }, [\"de-AT\"] = { ... } }, got %s", kind,
+            type(variants)))
+        return nil
+    end
+    local blocks, tags, ok = {}, {}, true
+    local allowed = LOCALE_CONTENT[kind]
+    for _, tag in ipairs(sorted_keys(variants)) do
+        local block = variants[tag]
+        local norm, err = locale.normalize(tag)
+        local key = norm and string.lower(norm)
+        if not norm then
+            report(format("%s.locales: %s", kind, err))
+            ok = false
+        elseif blocks[key] then
+            report(format("%s.locales: %q and %q are the same locale", kind, tags[key], tag))
+            ok = false
+        elseif type(block) ~= "table" then
+            report(format("%s.locales[%q] must be a table of the fields to translate (%s), got %s", kind, tag,
+                concat(sorted_keys(allowed), ", "), type(block)))
+            ok = false
+        else
+            for _, field in ipairs(sorted_keys(block)) do
+                if not allowed[field] then
+                    report(format("%s.locales[%q]: unknown field '%s' (a locale translates: %s)", kind, tag,
+                        tostring(field), concat(sorted_keys(allowed), ", ")))
+                    ok = false
+                end
+            end
+            if block.digest ~= nil and (type(block.digest) ~= "table" or config.digest == nil) then
+                report(format("%s.locales[%q].digest: %s", kind, tag, config.digest == nil
+                    and "the block has no digest to translate" or "must be a table of digest fields"))
+                ok = false
+            end
+            blocks[key], tags[key] = block, norm
+        end
+    end
+    if not ok then
+        return nil
+    end
+    local out = {}
+    for key, norm in pairs(tags) do
+        -- chain from the language to the tag itself
+        local chain = locale.chain(norm)
+        local merged, origin = {}, {}
+        for k, v in pairs(config) do
+            if k ~= "locales" then
+                merged[k] = v
+            end
+        end
+        local digest, digest_origin = nil, {}
+        if config.digest then
+            digest = {}
+            for k, v in pairs(config.digest) do
+                digest[k] = v
+            end
+        end
+        for i = #chain, 1, -1 do
+            local block = blocks[chain[i]]
+            if block then
+                for k, v in pairs(block) do
+                    if k == "digest" then
+                        for dk, dv in pairs(v) do
+                            digest[dk], digest_origin[dk] = dv, tags[chain[i]]
+                        end
+                    else
+                        merged[k], origin[k] = v, tags[chain[i]]
+                    end
+                end
+            end
+        end
+        merged.digest = digest
+        -- template names say which locale block a template came from
+        local function locale_compile(source, opts, name)
+            name = name or (kind .. ".body")
+            local k, field = match(name, "^([%w_]+)%.digest%.([%w_]+)$")
+            if k and digest_origin[field] then
+                name = format("%s.locales[%q].digest.%s", k, digest_origin[field], field)
+            else
+                k, field = match(name, "^([%w_]+)%.([%w_]+)$")
+                if k and origin[field] then
+                    name = format("%s.locales[%q].%s", k, origin[field], field)
+                end
+            end
+            return compile(source, opts, name)
+        end
+        local compiled = def.check(merged, report, locale_compile)
+        local c = {}
+        for k, v in pairs(merged) do
+            c[k] = v
+        end
+        for k, v in pairs(compiled or {}) do
+            c[k] = v
+        end
+        c.timing, c.default_locale = base.timing, base.default_locale
+        if base.digest_config then
+            c.digest_config = digest_config(def, kind, merged, report, locale_compile)
+        end
+        out[key] = c
+    end
+    return out
+end
+
+local function localized_view(chosen, render_locale)
+    if not render_locale then
+        return chosen
+    end
+    return setmetatable({ render_locale = render_locale }, { __index = chosen })
+end
+
+-- crier._localized(config, recipient[, field]): the compiled channel block
+-- to render for recipient (config.locales' entry for the first tag of the
+-- recipient's locale chain that has one, else config itself), as a view
+-- whose render_locale is the locale the templates render in: the
+-- recipient's locale when a block of its chain is used (or the rule's
+-- locale is in its chain), else the rule's locale (nil: none). field
+-- "digest_config": the chosen block's digest instead. A recipient locale
+-- that is not a tag counts as none.
+function crier._localized(config, recipient, field)
+    local variants, default = config.locales, config.default_locale
+    if not variants and not default then
+        return field and config[field] or config
+    end
+    local want = type(recipient) == "table" and recipient.locale or nil
+    local chain = type(want) == "string" and locale.chain(want) or {}
+    local chosen, render
+    for _, key in ipairs(chain) do
+        if variants and variants[key] then
+            chosen, render = variants[key], locale.normalize(want)
+            break
+        end
+    end
+    if not chosen then
+        chosen, render = config, default
+        local default_key = default and string.lower(default)
+        for _, key in ipairs(chain) do
+            if key == default_key then
+                render = locale.normalize(want)
+            end
+        end
+    end
+    if field then
+        return chosen[field] and localized_view(chosen[field], render)
+    end
+    return localized_view(chosen, render)
+end
+
 -- crier.rule(event_type) { recipients = ..., channels = ..., webhook = {...} }
 -- Declares the rule for an event type (declared in any file of the
 -- generation). Fields:
@@ -910,6 +1078,9 @@ end
 --   discriminator  optional string, or function(event, recipient) -> string|nil
 --   webhook        { url = string|function, secret = string|function|nil,
 --                    body = function|table|template string|nil }
+--   locale         optional tag: the language of the blocks' own content
+-- A channel block's locales = { [tag] = { content fields } } gives its
+-- content per locale (LOCALE_CONTENT; crier._localized picks per recipient).
 -- Problems (unknown fields or channels, a listed channel without its config,
 -- a second rule for a type, a type that no file declares) are load errors at
 -- the declaration's file:line. Calling it outside a load, or with a bad
@@ -1001,6 +1172,14 @@ function crier.rule(event_type)
             report("preferences must be \"honor\" (the default) or \"ignore\" (deliver even to recipients "
                 .. "who muted this), got " .. describe_value(spec.preferences))
         end
+        local default_locale
+        if spec.locale ~= nil then
+            local err
+            default_locale, err = locale.normalize(spec.locale)
+            if not default_locale then
+                report("locale (the language of the rule's content): " .. err)
+            end
+        end
         if spec.mode ~= nil and spec.mode ~= "write" and spec.mode ~= "read" then
             report("mode must be \"write\" (a notification per recipient, the default) or \"read\" (stored "
                 .. "once for an audience, fanned out when read), got " .. describe_value(spec.mode))
@@ -1014,6 +1193,7 @@ function crier.rule(event_type)
                     report(format("%s must be a table, got %s", kind, type(config)))
                 else
                     local allowed = def.fields
+                    local allowed_here = allowed
                     if kind == "feed" then
                         for field in pairs(timing.FIELDS) do
                             if config[field] ~= nil then
@@ -1024,9 +1204,11 @@ function crier.rule(event_type)
                         end
                         config = without_fields(config, timing.FIELDS)
                     else
-                        allowed = union(def.fields, timing.FIELDS)
+                        allowed_here = union(def.fields, timing.FIELDS)
                     end
-                    check_fields(registry, at, what .. ": " .. kind, config, allowed)
+                    check_fields(registry, at, what .. ": " .. kind, config, union(allowed_here, { locales = true }))
+                    local locales_spec = config.locales
+                    config = without_fields(config, { locales = true })
                     local function compile(source, opts, name)
                         opts.name = name or (kind .. ".body")
                         opts.filters = filters_for(registry, at)
@@ -1052,6 +1234,12 @@ function crier.rule(event_type)
                         if c.timing and c.timing.digest and #registry.problems == problems_before then
                             c.digest_config = digest_config(def, kind, config, report, compile)
                         end
+                    end
+                    c.default_locale = default_locale
+                    if locales_spec ~= nil and #registry.problems == problems_before then
+                        config.locales = locales_spec
+                        c.locales = locale_configs(def, kind, config, c, report, compile)
+                        config.locales = nil
                     end
                     configs[kind] = c
                 end
@@ -1100,7 +1288,7 @@ end
 
 -- What templates see (crier.rule's template context) and what events hold.
 local template_names = { payload = true, event = true, recipient = true, id = true, tenant = true, type = true,
-    entity_id = true, cursor = true }
+    entity_id = true, cursor = true, locale = true }
 local event_names = { payload = true, id = true, tenant = true, type = true, entity_id = true, cursor = true }
 local scalar_types = { string = "a string", number = "a number", integer = "an integer", boolean = "a boolean" }
 
@@ -1111,8 +1299,8 @@ local function path_problem(event_type, path, in_digest)
     if first == "digest" and in_digest then
         return nil
     elseif not template_names[first] then
-        return format("template uses %s, but templates see only payload, event, recipient, id, tenant, type, "
-            .. "entity_id and cursor", concat(path, "."))
+        return format("template uses %s, but templates see only payload, event, recipient, locale, id, tenant, "
+            .. "type, entity_id and cursor", concat(path, "."))
     elseif first == "payload" then
         field_at = 2
     elseif first == "event" and path[2] == "payload" then
@@ -1145,7 +1333,7 @@ function crier._check_template_paths(registry, rule)
     local event_type = registry.event_types[rule.event_type]
     local reported = {}
     for _, use in ipairs(rule.template_paths or {}) do
-        local msg = path_problem(event_type, use.path, find(use.template, "^[%w_]+%.digest%.") ~= nil)
+        local msg = path_problem(event_type, use.path, find(use.template, "%.digest%.") ~= nil)
         if msg and not reported[use.template .. msg] then
             reported[use.template .. msg] = true
             problem(registry, rule.where, format("rule '%s': %s:%d: %s (column %d)", rule.event_type, use.template,

@@ -430,7 +430,8 @@ local function deliveries_for(rule, event, recipient)
         end
         if not seen[name] then
             seen[name] = true
-            local d = kind.deliver(config, event, recipient, fail)
+            -- the block's content in the recipient's locale (crier._localized)
+            local d = kind.deliver(crier._localized(config, recipient), event, recipient, fail)
             local registry = crier._registry()
             local et = registry.event_types[event.type]
             -- retry: the channel block's, else the event type's, else crier.retry's
@@ -496,7 +497,7 @@ local function run_read_rule(rule, event)
     local fail = function(msg)
         rule_fail(rule, msg)
     end
-    local item = crier.channel_kinds.feed.deliver(rule.configs.feed, event, nil, fail)
+    local item = crier.channel_kinds.feed.deliver(crier._localized(rule.configs.feed, nil), event, nil, fail)
     local out, seen = {}, {}
     for i, name in ipairs(audiences) do
         if type(name) ~= "string" or name == "" then
@@ -530,6 +531,10 @@ local function run_rule(rule, event)
     local plan, index = {}, {}
     for i = 1, #list do
         local recipient = normalize_recipient(rule, list[i], i)
+        local forced_locale = crier._registry().recipient_locale
+        if forced_locale then
+            recipient.locale = forced_locale -- gen:set_recipient_locale (crier try --locale)
+        end
         local discriminator = discriminator_for(rule, event, recipient)
         local by_discriminator = index[recipient.id]
         if not by_discriminator then
@@ -652,7 +657,7 @@ function Generation:render_digest(input_json)
     local event = timing.digest_event(input)
     local recipient = input.recipient
     local function digest_run()
-        local d = kind.deliver(config.digest_config, event, recipient, function(msg)
+        local d = kind.deliver(crier._localized(config, recipient, "digest_config"), event, recipient, function(msg)
             rule_fail(rule, "digest: " .. msg)
         end)
         local et = registry.event_types[input.event_type]
@@ -703,6 +708,23 @@ function Generation:set_query_backend(fn)
         error("gen:set_query_backend: expected a function or nil", 2)
     end
     self.registry.query_backend = fn
+end
+
+-- gen:set_recipient_locale(tag): plans render as for recipients whose
+-- locale is tag (it replaces the locale the rules' recipients give), as
+-- crier try --locale does; nil: the recipients' own. Returns true, or nil and
+-- a message when tag is not a locale tag.
+function Generation:set_recipient_locale(tag)
+    if tag == nil then
+        self.registry.recipient_locale = nil
+        return true
+    end
+    local norm, err = require("crier.locale").normalize(tag)
+    if not norm then
+        return nil, err
+    end
+    self.registry.recipient_locale = norm
+    return true
 end
 
 -- runtime.fake_query_backend(queries): a backend for tests and crier try

@@ -17,7 +17,8 @@
 --                               true, false, null. Literal "{{", "{%" or "{#"
 --                               in text: {{ '{{' }}, {{ '{%' }}, {{ '{#' }}.
 --   {{ v | f | g(arg, ...) }}   filters, applied left to right; an argument is a
---                               literal or a path.
+--                               literal or a path; some filters take named
+--                               arguments: plural(one='# item', other='# items').
 --   {% if cond %} ... {% elif cond %} ... {% else %} ... {% endif %}
 --       cond: a value (false when nil, false, null, "" or an empty list or
 --       object; 0 is true), "not cond", "a == b", "!=", "<", ">", "<=", ">="
@@ -47,7 +48,10 @@
 --                   negatives, fractional minor units rounded half away from
 --                   zero, no thousands separator unless group is given
 --                   (money('USD', ',') gives "1,234.50 USD"); decimal
---                   replaces ".". Numbers beyond ±(2^53-1) are refused (a
+--                   replaces ".". With the currency alone and a render
+--                   locale (the context's locale field; crier.locale), the
+--                   locale's way instead: "$1,234.50", "1.234,50 €",
+--                   "￥1,235". Numbers beyond ±(2^53-1) are refused (a
 --                   double does not hold them exactly); digit strings
 --                   ("123456") are exact at any size.
 --   date([format])  an ISO-8601 string (YYYY-MM-DD, optionally
@@ -55,20 +59,29 @@
 --                   means UTC; a leap second :60 rolls over) or unix
 --                   seconds (fractions dropped), printed in UTC with
 --                   %Y %m %d %H %M %S %b %B %a %A %e %j %y %I %p %F %T %Z %%
---                   (English names); default format "%Y-%m-%dT%H:%M:%SZ".
+--                   (names in the render locale's language, English when it
+--                   has none); default format "%Y-%m-%dT%H:%M:%SZ". The
+--                   formats 'short', 'medium', 'long', 'full' (dates) and
+--                   'time' are the locale's styles (English without one).
 --                   Years 0000-9999.
 --   json            the value as JSON text (crier.json.encode)
 --   length          characters of a string (UTF-8), items of a list, keys of
 --                   an object
 --   join([sep])     a list's items joined with sep (default ", ")
+--   plural(one=..., few=..., other=...)  the form for a count's CLDR plural
+--                   category (zero one two few many other) in the render's
+--                   locale (English rules without one); a missing category
+--                   uses other, which is required; "#" in the form is the
+--                   count, with the locale's separators
 -- There is no "safe" filter: with opts.html every inserted value is escaped,
--- whatever its filters. A filter is function(value, args) returning the new
--- value, or nil and a message to fail the render.
+-- whatever its filters. A filter is function(value, args, locale) returning
+-- the new value, or nil and a message to fail the render.
 --
 -- Errors are single lines: "<name>:<line>: <problem> (column <c>)", with
 -- "; <hint>" after it when there is one; columns count bytes from 1.
 
 local json = require "crier.json"
+local locale = require "crier.locale"
 
 local byte, find, format, gmatch, gsub, lower, match, rep, sub, upper = string.byte, string.find, string.format,
     string.gmatch, string.gsub, string.lower, string.match, string.rep, string.sub, string.upper
@@ -298,10 +311,6 @@ local function parse_iso8601(s)
     return days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset
 end
 
-local month_names = { "January", "February", "March", "April", "May", "June", "July", "August", "September",
-    "October", "November", "December" }
-local day_names = { "Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday" }
-
 local date_directives = {
     Y = function(t) return format("%04d", t.year) end,
     y = function(t) return format("%02d", t.year % 100) end,
@@ -310,14 +319,14 @@ local date_directives = {
     e = function(t) return format("%2d", t.day) end,
     H = function(t) return format("%02d", t.hour) end,
     I = function(t) return format("%02d", (t.hour + 11) % 12 + 1) end,
-    p = function(t) return t.hour < 12 and "AM" or "PM" end,
+    p = function(t) return t.hour < 12 and t.names.am or t.names.pm end,
     M = function(t) return format("%02d", t.min) end,
     S = function(t) return format("%02d", t.sec) end,
     j = function(t) return format("%03d", t.yday) end,
-    b = function(t) return sub(month_names[t.month], 1, 3) end,
-    B = function(t) return month_names[t.month] end,
-    a = function(t) return sub(day_names[t.wday], 1, 3) end,
-    A = function(t) return day_names[t.wday] end,
+    b = function(t) return t.names.months_abbr[t.month] end,
+    B = function(t) return t.names.months[t.month] end,
+    a = function(t) return t.names.days_abbr[t.wday] end,
+    A = function(t) return t.names.days[t.wday] end,
     F = function(t) return format("%04d-%02d-%02d", t.year, t.month, t.day) end,
     T = function(t) return format("%02d:%02d:%02d", t.hour, t.min, t.sec) end,
     Z = function() return "UTC" end,
@@ -329,6 +338,9 @@ local date_directive_list = "%Y %m %d %H %M %S %b %B %a %A %e %j %y %I %p %F %T 
 local function check_date_format(fmt)
     if type(fmt) ~= "string" then
         return "date: the format must be a string, got " .. describe(fmt)
+    end
+    if locale.STYLES[fmt] then
+        return nil
     end
     local i = 1
     while true do
@@ -346,7 +358,7 @@ end
 
 local DEFAULT_DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
-local function format_date(value, args)
+local function format_date(value, args, loc)
     if value == nil or value == null then
         return nil
     end
@@ -384,6 +396,11 @@ local function format_date(value, args)
         wday = (days + 4) % 7 + 1, -- 1970-01-01 was a Thursday; 1 = Sunday
         yday = days - days_from_civil(y, 1, 1) + 1,
     }
+    local formats = loc and locale.formats(loc)
+    if locale.STYLES[fmt] then
+        return locale.format_style(formats, fmt, t)
+    end
+    t.names = locale.names(formats)
     return (gsub(fmt, "%%(.)", function(c)
         return date_directives[c](t)
     end))
@@ -419,7 +436,7 @@ local function check_separator(filter, what, sep)
     end
 end
 
-local function money(value, args)
+local function money(value, args, loc)
     if value == nil or value == null then
         return nil
     end
@@ -455,6 +472,10 @@ local function money(value, args)
         digits = rep("0", decimals + 1 - #digits) .. digits
     end
     local whole, fraction = sub(digits, 1, #digits - decimals), sub(digits, #digits - decimals + 1)
+    local formats = group == nil and point == nil and loc and locale.formats(loc)
+    if formats then
+        return locale.format_money(formats, negative, whole, fraction, currency)
+    end
     if group and group ~= "" and #whole > 3 then
         local first = (#whole - 1) % 3 + 1
         local parts = { sub(whole, 1, first) }
@@ -575,9 +596,39 @@ local function to_json(value)
     return text
 end
 
--- Filters: name -> function(value, args) returning the new value, or nil and
--- a message to fail the render. args holds the arguments' values (literals or
--- the values of paths; do not modify it). A filter sees nil or json.null for
+-- plural(zero=, one=, two=, few=, many=, other=): the form for the value's
+-- CLDR plural category in the render's locale (crier.locale; English rules
+-- when the render has no locale); a category without a form uses other. "#"
+-- in the form is replaced by the value, written with the locale's separators.
+local function plural(value, args, loc)
+    if value == nil or value == null then
+        return nil
+    end
+    local category = locale.plural_category(loc, value)
+    if not category then
+        return nil, "plural: expected a number or a decimal string, got " .. describe(value)
+    end
+    local form = args[category]
+    if form == nil or form == null then
+        form = args.other
+    end
+    local s, err = as_text("plural", form)
+    if not s then
+        return nil, err
+    end
+    if find(s, "#", 1, true) then
+        local text = type(value) == "number" and (format_number(value) or tostring(value)) or value
+        text = locale.format_number(loc and locale.formats(loc), text)
+        s = gsub(s, "#", (gsub(text, "%%", "%%%%")))
+    end
+    return s
+end
+
+-- Filters: name -> function(value, args, locale) returning the new value, or
+-- nil and a message to fail the render. args holds the arguments' values
+-- (literals or the values of paths; named arguments, name='x', under their
+-- names; do not modify it); locale is the render's locale tag (the context's
+-- locale field when it is a string) or nil. A filter sees nil or json.null for
 -- a missing value; the renderer fails if nil or null comes out of the last
 -- filter. Pass opts.filters to compile() to use another set.
 template.filters = {
@@ -597,6 +648,7 @@ template.filters = {
     json = to_json,
     length = length,
     join = join,
+    plural = plural,
 }
 
 -- Arity and compile-time argument checks of the built-in filters, keyed by
@@ -632,6 +684,21 @@ local filter_rules = {
     [join] = { 0, 1, function(args)
         return check_separator("join", "separator", literal(args[1]))
     end },
+    [plural] = { 0, math.huge, function(args)
+        if args[1] ~= nil then
+            return "plural: give the forms by category, e.g. plural(one='# item', other='# items') (categories: "
+                .. "zero, one, two, few, many, other; CLDR's, per language)"
+        end
+        if args.other == nil then
+            return "plural: the form for 'other' is missing (every language has it; a category without a form "
+                .. "uses it), e.g. plural(one='# item', other='# items')"
+        end
+        for name, v in pairs(args) do
+            if v ~= DYNAMIC and type(v) ~= "string" then
+                return "plural: the form for '" .. tostring(name) .. "' must be a string, got " .. describe(v)
+            end
+        end
+    end, named = locale.CATEGORIES, named_list = "zero, one, two, few, many, other" },
 }
 
 ---------------------------------------------------------------------------
@@ -748,6 +815,9 @@ local function lex(P, pos, close, open, opener)
             end
         elseif two_char_ops[two] then
             tok = { k = "op", v = two, e = pos + 1 }
+        elseif c == "=" and #toks >= 2 and toks[#toks].k == "path" and toks[#toks - 1].k == "op"
+            and (toks[#toks - 1].v == "(" or toks[#toks - 1].v == ",") then
+            tok = { k = "op", v = "=", e = pos } -- a named filter argument: f(name='x')
         elseif one_char_ops[c] then
             tok = { k = "op", v = c, e = pos }
         else
@@ -865,7 +935,8 @@ local function count_words(n)
     return n == 1 and "1 argument" or (n .. " arguments")
 end
 
--- value := operand ( "|" name [ "(" operand { "," operand } ")" ] )*
+-- value := operand ( "|" name [ "(" arg { "," arg } ")" ] )*
+-- arg := operand | word "=" operand
 local function parse_value(P)
     local base = parse_operand(P)
     local filters, last = nil, base.e
@@ -888,12 +959,32 @@ local function parse_value(P)
                 last = take(P).e
             else
                 while true do
+                    local key
+                    local nt2 = P.toks[P.i + 1]
+                    if peek(P).k == "path" and nt2 and is_op(nt2, "=") then
+                        local name = take(P)
+                        take(P)
+                        key = name.s
+                        if #name.v ~= 1 then
+                            fail(P, name.p, "bad argument name '" .. key .. "'")
+                        elseif filter.named and filter.named[key] then
+                            fail(P, name.p, "argument '" .. key .. "' of '" .. nt.s .. "' is given twice")
+                        end
+                        filter.named = filter.named or {}
+                        filter.named_at = filter.named_at or {}
+                        filter.named_at[key] = name.p
+                    end
                     local arg = parse_operand(P)
-                    filter.args[#filter.args + 1] = arg
-                    if arg.t == "lit" then
-                        values[#filter.args] = arg.v
+                    if key then
+                        filter.named[key] = arg
                     else
-                        values[#filter.args], dynamic = DYNAMIC, true
+                        filter.args[#filter.args + 1] = arg
+                        key = #filter.args
+                    end
+                    if arg.t == "lit" then
+                        values[key] = arg.v
+                    else
+                        values[key], dynamic = DYNAMIC, true
                     end
                     local sep = take(P)
                     if is_op(sep, ")") then
@@ -912,6 +1003,12 @@ local function parse_value(P)
                 local wanted = rule[1] == rule[2] and count_words(rule[1])
                     or (rule[1] .. " to " .. count_words(rule[2]))
                 fail(P, nt.p, format("filter '%s' takes %s, got %d", nt.s, wanted, n))
+            end
+            for key in pairs(filter.named or {}) do
+                if not (rule.named and rule.named[key]) then
+                    fail(P, filter.named_at[key], format("filter '%s' has no argument named '%s'", nt.s, key),
+                        rule.named and ("its named arguments: " .. rule.named_list) or "it takes no named arguments")
+                end
             end
             local bad = rule[3] and rule[3](values)
             if bad then
@@ -961,6 +1058,9 @@ local function parse_term(P)
     end
     local a = parse_value(P)
     local op = peek(P)
+    if is_op(op, "=") then
+        fail(P, op.p, "unexpected '='", "compare with == or !=")
+    end
     if op.k == "op" and comparisons[op.v] then
         take(P)
         local b = parse_value(P)
@@ -1246,6 +1346,9 @@ local function compile_filtered(P, node)
             for j, arg in ipairs(f.args) do
                 args[j] = compile_value(P, arg)
             end
+            for name, arg in pairs(f.named or {}) do
+                args[#args + 1] = { name, compile_value(P, arg) }
+            end
             dynamic[i] = args
         end
         local before, after = location(P, f.p)
@@ -1256,19 +1359,28 @@ local function compile_filtered(P, node)
         if err then
             return nil, err
         end
+        local loc = type(ctx) == "table" and ctx.locale or nil
+        if type(loc) ~= "string" then
+            loc = nil
+        end
         for i = 1, count do
             local args = constants[i]
             if not args then
                 local evaluators = dynamic[i]
                 args = {}
                 for j = 1, #evaluators do
-                    args[j], err = evaluators[j](ctx, vars)
+                    local e = evaluators[j]
+                    if type(e) == "table" then
+                        args[e[1]], err = e[2](ctx, vars)
+                    else
+                        args[j], err = e(ctx, vars)
+                    end
                     if err then
                         return nil, err
                     end
                 end
             end
-            v, err = fns[i](v, args)
+            v, err = fns[i](v, args, loc)
             if err then
                 local e = errors[i]
                 return nil, e[1] .. gsub(tostring(err), "[\r\n]+", " ") .. e[2]

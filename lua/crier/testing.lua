@@ -792,8 +792,12 @@ function Rules:_plan(event, opts, result)
     local calls = result and result.queries or {}
     local gen = self.generation
     gen:set_query_backend(fake_backend(queries, calls))
+    if opts.locale ~= nil then
+        assert(gen:set_recipient_locale(opts.locale))
+    end
     local plan, err, code = gen:plan(event)
     gen:set_query_backend(nil)
+    gen:set_recipient_locale(nil)
     if not plan then
         return nil, err, code
     end
@@ -812,11 +816,18 @@ local function check_plan_args(self, event, opts, api)
     end
     opts = opts or {}
     if type(opts) ~= "table" then
-        misuse(api .. ": opts must be a table { queries =, preferences = }")
+        misuse(api .. ": opts must be a table { queries =, preferences =, locale = }")
     end
     for k in pairs(opts) do
-        if k ~= "queries" and k ~= "preferences" and k ~= "max_pages" then
-            misuse(format("%s: unknown option '%s' (expected queries, preferences, max_pages)", api, tostring(k)))
+        if k ~= "queries" and k ~= "preferences" and k ~= "max_pages" and k ~= "locale" then
+            misuse(format("%s: unknown option '%s' (expected queries, preferences, max_pages, locale)", api,
+                tostring(k)))
+        end
+    end
+    if opts.locale ~= nil then
+        local _, bad = require("crier.locale").normalize(opts.locale)
+        if bad then
+            misuse(api .. ": opts.locale: " .. bad)
         end
     end
     local ok, err = check_queries("opts", opts.queries)
@@ -833,7 +844,9 @@ end
 -- fields to build one) through the rules, as the engine's fan-out would for
 -- one batch: one page of a crier.pages audience, from event.cursor. opts:
 -- queries and preferences as for testing.load (these win, per query name
--- and per recipient). Returns the result, or nil, err, code ("unknown_event_type",
+-- and per recipient); locale = "de-AT": render as for recipients with that
+-- locale (as crier try --locale; recipients can also carry a locale field).
+-- Returns the result, or nil, err, code ("unknown_event_type",
 -- "invalid_payload" or "rule_error").
 --
 -- The result: result.recipients (distinct ids in order), result.entries (one

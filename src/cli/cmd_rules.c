@@ -70,6 +70,8 @@ static const char try_help[] =
     "with fake rows for the rules' queries (then used instead of the database) and\n"
     "\"cursor\": \"…\" to show a later page of a paged audience.\n"
     "\noptions:\n"
+    "  --locale TAG       render as for recipients whose locale is TAG (like de-AT:\n"
+    "                     the rules' content for de-AT, else de, else the default)\n"
     "  --no-db            use no database (queries need \"queries\" in EVENT.json)\n" CLI_RULE_QUERY_HELP
     CLI_COMMON_HELP;
 
@@ -77,6 +79,7 @@ typedef struct {
     char *tenant, *type, *entity, *payload;
     char *queries; /* JSON object of fake rows by query name, or NULL */
     char *cursor;  /* page cursor, or NULL */
+    char *locale;  /* --locale, or NULL */
     bool no_db;
 } try_event;
 
@@ -97,6 +100,7 @@ static int try_option(void *ud, int opt, const char *arg)
     case 'e': return try_keep(&ev->entity, arg);
     case 'p': return try_keep(&ev->payload, arg);
     case 'n': ev->no_db = true; return 0;
+    case 'l': return try_keep(&ev->locale, arg);
     }
     return -1;
 }
@@ -236,6 +240,8 @@ static void try_print_plan(const crier_cli *cli, const try_event *ev, const crie
     printf("event: tenant=%s type=%s entity=%s\n", ev->tenant, ev->type, ev->entity);
     printf("rules version: %.12s\n", crier_rules_version(rules));
     printf("lock key: %lld\n", (long long)crier_key_lock(ev->tenant, ev->type, ev->entity));
+    if (ev->locale)
+        printf("locale: %s (--locale: every recipient's)\n", ev->locale);
     printf("recipients: %zu\n", plan->n_recipients);
     for (size_t i = 0; i < plan->n_recipients; i++) {
         const crier_plan_recipient *r = &plan->recipients[i];
@@ -301,6 +307,7 @@ int crier_cmd_try(int argc, char **argv)
                                             {"entity", required_argument, NULL, 'e'},
                                             {"payload", required_argument, NULL, 'p'},
                                             {"no-db", no_argument, NULL, 'n'},
+                                            {"locale", required_argument, NULL, 'l'},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     try_event ev = {0};
@@ -324,12 +331,14 @@ int crier_cmd_try(int argc, char **argv)
             goto out;
         }
         bool no_db = ev.no_db;
+        char *locale = ev.locale;
         free(ev.tenant);
         free(ev.type);
         free(ev.entity);
         free(ev.payload);
         memset(&ev, 0, sizeof ev);
         ev.no_db = no_db;
+        ev.locale = locale;
         int r = try_parse_event(&cli, text, &ev, err, sizeof err);
         free(text);
         if (r < 0) {
@@ -347,6 +356,11 @@ int crier_cmd_try(int argc, char **argv)
     rules = crier_cli_load_rules(&cli);
     if (!rules)
         goto out;
+    if (ev.locale && crier_rules_set_recipient_locale(rules, ev.locale, err, sizeof err) < 0) {
+        crier_cli_error("try", "%s", err);
+        rc = 2;
+        goto out;
+    }
     if (ev.queries) {
         if (crier_rules_set_fake_queries(rules, ev.queries, err, sizeof err) < 0) {
             crier_cli_error("try", "%s", err);
@@ -393,6 +407,7 @@ out:
         crier_database_close(&db);
     free(ev.queries);
     free(ev.cursor);
+    free(ev.locale);
     crier_plan_free(&plan);
     crier_rules_free(rules);
     free(ev.tenant);

@@ -928,6 +928,28 @@ int crier_rules_set_fake_queries(crier_rules *rules, const char *json, char *err
     return rc;
 }
 
+int crier_rules_set_recipient_locale(crier_rules *rules, const char *tag, char *err, size_t err_len)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    int rc = 0;
+    push_method(rules, "set_recipient_locale");
+    if (tag)
+        lua_pushstring(L, tag);
+    else
+        lua_pushnil(L);
+    int status = rules_pcall(L, 2, 2);
+    if (status != 0) {
+        crier_set_error(err, err_len, "locale: %s", lua_error_text(L, status));
+        rc = -1;
+    } else if (!lua_toboolean(L, -2)) {
+        crier_set_error(err, err_len, "--locale: %s", lua_tostring(L, -1));
+        rc = -1;
+    }
+    lua_settop(L, base);
+    return rc;
+}
+
 void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud)
 {
     lua_State *L = rules->L;

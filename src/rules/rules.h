@@ -142,6 +142,11 @@ void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud
  * (see runtime.fake_query_backend). Returns 0, or -1 with err set. */
 int crier_rules_set_fake_queries(crier_rules *rules, const char *json, char *err, size_t err_len);
 
+/* Renders plans as for recipients whose locale is tag (crier try --locale;
+ * it replaces the locale the rules give), or as the rules say when tag is
+ * NULL. Returns 0, or -1 with err set when tag is not a locale tag. */
+int crier_rules_set_recipient_locale(crier_rules *rules, const char *tag, char *err, size_t err_len);
+
 /* Empties plan, keeping its memory for reuse. */
 void crier_plan_reset(crier_plan *plan);
 /* Frees plan's memory (the struct itself is the caller's). */

@@ -60,7 +60,7 @@ describe("template paths are checked against the payload schema at load", functi
     it("reports names a template never sees", function()
         local _, err = with_title("{{ paylod.author }}")
         assert.matches("feed.title:1: template uses paylod.author, but templates see only payload, event, "
-            .. "recipient, id, tenant, type, entity_id and cursor (column 4)", err, 1, true)
+            .. "recipient, locale, id, tenant, type, entity_id and cursor (column 4)", err, 1, true)
     end)
 
     it("checks templates against a type declared in another file, and types without a payload", function()

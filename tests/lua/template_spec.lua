@@ -548,7 +548,7 @@ describe("crier.template errors", function()
         local cases = {
             { "a\n\n{{ x | monye }}",
                 "t:3: unknown filter 'monye' (column 8); known: date, default, join, json, length, lower, money, "
-                    .. "trim, truncate, upper" },
+                    .. "plural, trim, truncate, upper" },
             { "a\n{{ x ", "t:2: unterminated '{{' (column 1); missing '}}'" },
             { "{% if x", "t:1: unterminated '{%' (column 1); missing '%}'" },
             { "x {# note", "t:1: unterminated '{#' (column 3); missing '#}'" },
@@ -598,7 +598,7 @@ describe("crier.template errors", function()
 
     it("counts lines and columns inside multi-line tags", function()
         assert.are.equal("t:3: unknown filter 'nope' (column 5); known: date, default, join, json, length, lower, "
-            .. "money, trim, truncate, upper", compile_error("{{\n a\n  | nope }}"))
+            .. "money, plural, trim, truncate, upper", compile_error("{{\n a\n  | nope }}"))
     end)
 
     it("keeps error messages on one line", function()
