@@ -144,7 +144,7 @@ static void delivery_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (!crier_pg_ok(d->pg) && crier_pg_reconnect(d->pg) < 0) {
-        ev_timer_set(&d->retry, 2.0, 0.);
+        ev_timer_set(&d->retry, crier_pg_retry_after(d->pg, 2.0), 0.);
         ev_timer_start(d->loop, &d->retry);
         return;
     }

@@ -272,7 +272,7 @@ static void fanout_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (!crier_pg_ok(f->pg) && crier_pg_reconnect(f->pg) < 0) {
-        ev_timer_set(&f->retry, 2.0, 0.);
+        ev_timer_set(&f->retry, crier_pg_retry_after(f->pg, 2.0), 0.);
         ev_timer_start(f->loop, &f->retry);
         return;
     }

@@ -135,7 +135,7 @@ static void timers_wake_cb(struct ev_loop *loop, ev_timer *w, int revents)
     (void)loop;
     (void)revents;
     if (!crier_pg_ok(t->pg) && crier_pg_reconnect(t->pg) < 0) {
-        timers_arm(t, 2.0);
+        timers_arm(t, crier_pg_retry_after(t->pg, 2.0));
         return;
     }
     t->due = true;

@@ -18,6 +18,9 @@ struct crier_pg {
     bool io_active;
     bool busy;
     bool broken;
+    bool connecting;      /* a reconnect in progress: PQconnectPoll, then its setup statement */
+    bool setting_up;      /* the reconnect's setup statement is in flight */
+    ev_timer connect_deadline;
     PGresult *last; /* the latest result of the query in flight */
     crier_pg_result_fn cb;
     void *cb_ud;
@@ -28,7 +31,7 @@ struct crier_pg {
 static void pg_watch(crier_pg *pg, int events)
 {
     if (pg->io_active) {
-        if ((pg->io.events & (EV_READ | EV_WRITE)) == events)
+        if ((pg->io.events & (EV_READ | EV_WRITE)) == events && pg->io.fd == PQsocket(pg->conn))
             return;
         ev_io_stop(pg->loop, &pg->io);
         pg->io_active = false;
@@ -71,10 +74,16 @@ static void pg_fail(crier_pg *pg, const char *what)
     }
 }
 
+static void pg_connect_step(crier_pg *pg);
+
 static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     crier_pg *pg = w->data;
 
+    if (pg->connecting && !pg->setting_up) {
+        pg_connect_step(pg);
+        return;
+    }
     if (revents & EV_WRITE) {
         int r = PQflush(pg->conn);
         if (r < 0) {
@@ -123,26 +132,39 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
 }
 
-static int pg_open(crier_pg *pg, char *err, size_t err_len)
+/* No JIT for the engine's statements: they are batches of a few thousand
+ * rows, run in tens of ms, and JIT compiled the fan-out's write on every full
+ * batch (its estimate crosses jit_above_cost) for 40-90 ms, more than the
+ * statement's own work (docs/BENCHMARKS.md, Pipeline). */
+static const char SQL_SETUP[] = "SET jit = off";
+
+/* How long a reconnect may take before it is abandoned (libpq leaves
+ * connect_timeout to the application when it connects without blocking). */
+#define PG_RECONNECT_DEADLINE 10.0
+
+/* Starts a connection: blocking (crier_pg_connect at startup) or not (a
+ * reconnect on the loop). pg_stat_activity names the worker and its
+ * connection ("crier timers 4242"), unless the connection string sets
+ * application_name itself. */
+static PGconn *pg_start(crier_pg *pg, bool blocking)
 {
-    /* pg_stat_activity names the worker and its connection ("crier timers 4242"),
-     * unless the connection string sets application_name itself */
     char app[96];
     const char *const keys[] = {"dbname", "fallback_application_name", NULL};
     const char *values[] = {pg->conninfo, app, NULL};
     snprintf(app, sizeof app, "crier %s %d", pg->name, (int)getpid());
-    pg->conn = PQconnectdbParams(keys, values, 1);
+    return blocking ? PQconnectdbParams(keys, values, 1) : PQconnectStartParams(keys, values, 1);
+}
+
+static int pg_open(crier_pg *pg, char *err, size_t err_len)
+{
+    pg->conn = pg_start(pg, true);
     if (PQstatus(pg->conn) != CONNECTION_OK) {
         snprintf(err, err_len, "cannot connect to the database: %s", PQerrorMessage(pg->conn));
         PQfinish(pg->conn);
         pg->conn = NULL;
         return -1;
     }
-    /* No JIT for the engine's statements: they are batches of a few thousand
-     * rows, run in tens of ms, and JIT compiled the fan-out's write on every
-     * full batch (its estimate crosses jit_above_cost) for 40-90 ms, more than
-     * the statement's own work (docs/BENCHMARKS.md, Pipeline). */
-    PGresult *res = PQexec(pg->conn, "SET jit = off");
+    PGresult *res = PQexec(pg->conn, SQL_SETUP);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         snprintf(err, err_len, "cannot set up the connection (SET jit = off): %s", PQresultErrorMessage(res));
         PQclear(res);
@@ -162,6 +184,69 @@ static int pg_open(crier_pg *pg, char *err, size_t err_len)
     return 0;
 }
 
+/* A reconnect that failed: the connection stays broken (the caller's next
+ * crier_pg_reconnect starts another). */
+static void pg_connect_failed(crier_pg *pg, const char *why)
+{
+    crier_warn("pg", "%s connection: cannot reconnect: %s", pg->name, why);
+    ev_timer_stop(pg->loop, &pg->connect_deadline);
+    pg_watch(pg, 0);
+    pg->connecting = false;
+    pg->setting_up = false;
+    pg->broken = true;
+}
+
+static void pg_connect_deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    crier_pg *pg = w->data;
+    (void)loop;
+    (void)revents;
+    if (pg->connecting)
+        pg_connect_failed(pg, "no answer within 10 s");
+}
+
+/* The reconnect's setup statement completed: the connection is usable. */
+static void pg_setup_done(void *ud, PGresult *res, const char *err)
+{
+    crier_pg *pg = ud;
+    pg->setting_up = false;
+    pg->connecting = false;
+    ev_timer_stop(pg->loop, &pg->connect_deadline);
+    if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) {
+        pg_connect_failed(pg, res ? PQresultErrorMessage(res) : err);
+        return;
+    }
+    crier_info("pg", "%s connection: reconnected", pg->name);
+}
+
+/* One step of a nonblocking connect (PQconnectPoll), on the socket's readiness. */
+static void pg_connect_step(crier_pg *pg)
+{
+    switch (PQconnectPoll(pg->conn)) {
+    case PGRES_POLLING_READING:
+        pg_watch(pg, EV_READ);
+        return;
+    case PGRES_POLLING_WRITING:
+        pg_watch(pg, EV_WRITE);
+        return;
+    case PGRES_POLLING_FAILED:
+        pg_connect_failed(pg, PQerrorMessage(pg->conn));
+        return;
+    default: /* PGRES_POLLING_OK */
+        break;
+    }
+    if (PQsetnonblocking(pg->conn, 1) != 0) {
+        pg_connect_failed(pg, PQerrorMessage(pg->conn));
+        return;
+    }
+    /* connected: its setup statement, through the ordinary query path */
+    pg->broken = false;
+    pg->setting_up = true;
+    pg_watch(pg, EV_READ);
+    if (crier_pg_query(pg, SQL_SETUP, NULL, pg_setup_done, pg) < 0)
+        pg_connect_failed(pg, PQerrorMessage(pg->conn));
+}
+
 crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const char *name, char *err,
                            size_t err_len)
 {
@@ -175,6 +260,8 @@ crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const cha
     snprintf(pg->name, sizeof pg->name, "%s", name);
     ev_init(&pg->io, pg_io_cb);
     pg->io.data = pg;
+    ev_init(&pg->connect_deadline, pg_connect_deadline_cb);
+    pg->connect_deadline.data = pg;
     if (!pg->conninfo || pg_open(pg, err, err_len) < 0) {
         free(pg->conninfo);
         free(pg);
@@ -213,31 +300,44 @@ int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params,
 
 bool crier_pg_idle(const crier_pg *pg)
 {
-    return !pg->busy && !pg->broken;
+    return !pg->busy && !pg->broken && !pg->connecting;
 }
 
 bool crier_pg_ok(const crier_pg *pg)
 {
-    return !pg->broken && pg->conn && PQstatus(pg->conn) == CONNECTION_OK;
+    return !pg->broken && !pg->connecting && pg->conn && PQstatus(pg->conn) == CONNECTION_OK;
 }
 
 int crier_pg_reconnect(crier_pg *pg)
 {
-    char err[512];
-
     if (crier_pg_ok(pg))
         return 0;
+    if (pg->connecting)
+        return -1; /* under way */
     pg_watch(pg, 0);
+    PQclear(pg->last);
+    pg->last = NULL;
+    pg->busy = false;
+    pg->cb = NULL;
     if (pg->conn)
         PQfinish(pg->conn);
-    pg->conn = NULL;
-    if (pg_open(pg, err, sizeof err) < 0) {
-        crier_warn("pg", "%s connection: %s", pg->name, err);
-        pg->broken = true;
+    pg->broken = true;
+    pg->conn = pg_start(pg, false);
+    if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
+        crier_warn("pg", "%s connection: cannot reconnect: %s", pg->name,
+                   pg->conn ? PQerrorMessage(pg->conn) : "out of memory");
         return -1;
     }
-    crier_info("pg", "%s connection: reconnected", pg->name);
-    return 0;
+    pg->connecting = true;
+    ev_timer_set(&pg->connect_deadline, PG_RECONNECT_DEADLINE, 0.);
+    ev_timer_start(pg->loop, &pg->connect_deadline);
+    pg_watch(pg, EV_WRITE); /* PQconnectStart's first poll waits to write */
+    return -1;
+}
+
+double crier_pg_retry_after(const crier_pg *pg, double retry_s)
+{
+    return pg->connecting ? 0.05 : retry_s;
 }
 
 void crier_pg_on_notify(crier_pg *pg, crier_pg_notify_fn fn, void *ud)
@@ -256,6 +356,7 @@ void crier_pg_free(crier_pg *pg)
     if (!pg)
         return;
     pg_watch(pg, 0);
+    ev_timer_stop(pg->loop, &pg->connect_deadline);
     PQclear(pg->last);
     if (pg->conn)
         PQfinish(pg->conn);

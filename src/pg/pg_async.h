@@ -25,8 +25,8 @@ typedef void (*crier_pg_result_fn)(void *ud, PGresult *res, const char *err);
 /* Called for each NOTIFY received on a channel this connection LISTENs to. */
 typedef void (*crier_pg_notify_fn)(void *ud, const char *channel, const char *payload);
 
-/* Connects (blocking, at startup) and switches the connection to nonblocking
- * mode. name labels log lines. Returns NULL with err set on failure. */
+/* Connects (blocking: at startup, before the loop runs) and switches the
+ * connection to nonblocking mode. name labels log lines. Returns NULL with err set on failure. */
 crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const char *name,
                            char *err, size_t err_len);
 
@@ -44,9 +44,16 @@ bool crier_pg_ok(const crier_pg *pg);
  * crier_pg_query now would be sent). */
 bool crier_pg_idle(const crier_pg *pg);
 
-/* Tries to re-establish a broken connection (blocking, bounded by the
- * conninfo's connect_timeout). Returns 0 when connected. */
+/* Re-establishes a broken connection without blocking the loop: returns 0
+ * when the connection is usable, else -1 and starts a connection attempt (or
+ * lets the one under way go on: it connects on the loop, then runs its setup
+ * statement, and is abandoned after 10 s). Call it again later (the callers'
+ * retry timers do) to learn whether it worked. */
 int crier_pg_reconnect(crier_pg *pg);
+
+/* How long to wait before calling crier_pg_reconnect again after it returned
+ * -1: briefly while an attempt is under way, else retry_s. */
+double crier_pg_retry_after(const crier_pg *pg, double retry_s);
 
 /* Sets the NOTIFY callback (called between queries as notifications arrive). */
 void crier_pg_on_notify(crier_pg *pg, crier_pg_notify_fn fn, void *ud);
