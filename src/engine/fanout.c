@@ -513,14 +513,21 @@ static void fanout_plan_and_write(crier_fanout *f)
             .slot = i,
             .slow_after = f->opts.lane == CRIER_FANOUT_LANE_FAST ? f->opts.slow_after : 0,
         };
+        /* the fast lane runs on crier serve's main loop: a rule's query (a
+         * round trip, a page of a large audience, a slow statement) would
+         * stall every other worker there, so such events are planned in the
+         * slow lane's thread, where waiting stalls nothing else */
+        crier_rules_defer_queries(f->rules, f->opts.lane == CRIER_FANOUT_LANE_FAST);
         crier_plan_status st = crier_rules_plan(f->rules, &ev, &f->plan, err, sizeof err);
         bool over_limit = st == CRIER_PLAN_RULE_ERROR && f->plan.limit_exceeded;
         if (st == CRIER_PLAN_SLOW || (over_limit && f->opts.lane == CRIER_FANOUT_LANE_FAST)) {
-            /* a rule that runs long, or into its limits, does so in the slow lane */
+            /* a rule that runs long, queries, or runs into its limits does so in the slow lane */
             crier_info("fanout", "event %lld (%s %s): its rule %s: it goes to the slow lane, with the %s events "
                                  "of the next %.0fs",
                        (long long)e->id, ev.event_type, ev.entity_id,
-                       st == CRIER_PLAN_SLOW ? "ran past the fast lane's soft limit" : "exceeded a limit",
+                       f->plan.query_deferred  ? "queries the database (crier.query)"
+                       : st == CRIER_PLAN_SLOW ? "ran past the fast lane's soft limit"
+                                               : "exceeded a limit",
                        ev.event_type, FANOUT_SLOW_TYPE_SECONDS);
             fanout_type_mark_slow(f, ev.event_type);
             crier_pg_array_add_int64(&c[WRITE_SLOW_ID], e->id);

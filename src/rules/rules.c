@@ -39,6 +39,8 @@ struct crier_rules {
     rules_memory memory;
     crier_rules_query_fn query_fn;
     void *query_ud;
+    bool defer_queries; /* crier_rules_defer_queries */
+    bool query_deferred; /* a query was deferred during the current plan */
 };
 
 /* Heap allowed while loading, before the rules state their own limit. */
@@ -796,8 +798,18 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
 
     plan->next_cursor = NULL;
     plan->limit_exceeded = false;
+    plan->query_deferred = false;
+    rules->query_deferred = false;
     status = rules_pcall(L, 2, 4); /* plan | nil, err, code, detail */
-    if (status != 0) {
+    if (rules->query_deferred) {
+        /* whatever the rule made of the deferred query's error, this plan
+         * is not the event's: it is planned again where queries run */
+        plan_rollback(plan, mark);
+        plan->next_cursor = NULL;
+        plan->query_deferred = true;
+        crier_set_error(err, err_len, "its rule queries the database (crier.query)");
+        result = CRIER_PLAN_SLOW;
+    } else if (status != 0) {
         crier_set_error(err, err_len, "%s", lua_error_text(L, status));
         result = CRIER_PLAN_RULE_ERROR;
     } else if (lua_isnil(L, -4)) {
@@ -868,6 +880,13 @@ static int rules_query_backend(lua_State *L)
     if (!rules->query_fn) {
         lua_pushnil(L);
         lua_pushliteral(L, "no database is configured for queries");
+        return 2;
+    }
+    if (rules->defer_queries) {
+        /* the plan is thrown away and made again in the slow lane */
+        rules->query_deferred = true;
+        lua_pushnil(L);
+        lua_pushliteral(L, "crier.query is deferred: this event is planned again in the slow lane");
         return 2;
     }
     if (n < 0 || n > 64) {
@@ -948,6 +967,11 @@ int crier_rules_set_recipient_locale(crier_rules *rules, const char *tag, char *
     }
     lua_settop(L, base);
     return rc;
+}
+
+void crier_rules_defer_queries(crier_rules *rules, bool defer)
+{
+    rules->defer_queries = defer;
 }
 
 void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud)

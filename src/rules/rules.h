@@ -86,6 +86,10 @@ typedef struct {
      * CRIER_PLAN_RULE_ERROR because the rule exceeded one of its limits
      * (instructions, time, memory). */
     bool limit_exceeded;
+    /* Set by each crier_rules_plan: true when it returned CRIER_PLAN_SLOW
+     * because the rule called crier.query while queries were deferred
+     * (crier_rules_defer_queries). */
+    bool query_deferred;
 } crier_plan;
 
 typedef enum {
@@ -136,6 +140,13 @@ typedef struct pg_result *(*crier_rules_query_fn)(void *ud, const char *sql, int
 /* Gives the generation's crier.query objects a backend (fn NULL: none, and a
  * rule that queries fails with an error saying so). */
 void crier_rules_set_query(crier_rules *rules, crier_rules_query_fn fn, void *ud);
+
+/* defer true: a crier.query during crier_rules_plan does not run; the plan
+ * ends with CRIER_PLAN_SLOW and plan->query_deferred (whatever the rule made
+ * of the error it got), so that the caller plans the event where waiting on
+ * the database stalls nothing else (crier serve's fast lane, on the main
+ * loop, hands such events to the slow lane's thread). */
+void crier_rules_defer_queries(crier_rules *rules, bool defer);
 
 /* Gives the generation's queries fake rows instead of a database (crier try
  * with "queries" in EVENT.json): json is an object of query name -> rows
