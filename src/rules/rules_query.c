@@ -3,6 +3,7 @@
 
 #include "log.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,29 +120,76 @@ int crier_rules_query_check(crier_rules_query *q, char *err, size_t err_len)
     return rules_query_connect(q, err, err_len);
 }
 
+/* The results of one pipelined statement, up to its NULL: the last one kept
+ * (or NULL when the connection broke). */
+static PGresult *rules_query_take(PGconn *conn)
+{
+    PGresult *last = NULL, *r;
+    while ((r = PQgetResult(conn)) != NULL) {
+        PQclear(last);
+        last = r;
+    }
+    return last;
+}
+
+/* A failed statement's message, without its trailing newline. */
+static void rules_query_error(const PGresult *res, PGconn *conn, char *err, size_t err_len)
+{
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    snprintf(err, err_len, "%s",
+             st == PGRES_COMMAND_OK       ? "the statement returned no rows (use a SELECT)"
+             : st == PGRES_PIPELINE_ABORTED ? "the statement did not run: the transaction around it failed"
+             : res                        ? PQresultErrorMessage(res)
+                                          : PQerrorMessage(conn));
+    size_t len = strlen(err);
+    while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
+        err[--len] = '\0';
+}
+
 PGresult *crier_rules_query_run(void *ud, const char *sql, int n, const char *const *values, char *err,
                                 size_t err_len)
 {
     crier_rules_query *q = ud;
+    PGresult *begin, *res, *end, *sync;
     if (rules_query_connect(q, err, err_len) < 0)
         return NULL;
     /* Each statement in its own READ ONLY transaction, rolled back: nothing a
-     * query does (a SET, a function with side effects) outlives it. */
-    if (rules_query_exec(q->conn, "BEGIN READ ONLY", err, err_len) < 0)
+     * query does (a SET, a function with side effects) outlives it. The three
+     * statements go in one pipeline: one round trip, not three. */
+    if (!PQenterPipelineMode(q->conn) ||
+        !PQsendQueryParams(q->conn, "BEGIN READ ONLY", 0, NULL, NULL, NULL, NULL, 0) ||
+        !PQsendQueryParams(q->conn, sql, n, NULL, values, NULL, NULL, 0) ||
+        !PQsendQueryParams(q->conn, "ROLLBACK", 0, NULL, NULL, NULL, NULL, 0) || !PQpipelineSync(q->conn)) {
+        snprintf(err, err_len, "cannot send the rule query: %s", PQerrorMessage(q->conn));
+        PQfinish(q->conn); /* reconnected by the next query */
+        q->conn = NULL;
         return NULL;
-    PGresult *res = PQexecParams(q->conn, sql, n, NULL, values, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        snprintf(err, err_len, "%s",
-                 PQresultStatus(res) == PGRES_COMMAND_OK ? "the statement returned no rows (use a SELECT)"
-                                                         : PQresultErrorMessage(res));
-        size_t len = strlen(err);
-        while (len > 0 && (err[len - 1] == '\n' || err[len - 1] == ' '))
-            err[--len] = '\0';
+    }
+    begin = rules_query_take(q->conn);
+    res = rules_query_take(q->conn);
+    end = rules_query_take(q->conn);
+    sync = PQgetResult(q->conn); /* PGRES_PIPELINE_SYNC */
+    bool synced = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        rules_query_error(begin && PQresultStatus(begin) != PGRES_COMMAND_OK ? begin : res, q->conn, err,
+                          err_len);
         PQclear(res);
         res = NULL;
     }
+    bool rolled_back = end && PQresultStatus(end) == PGRES_COMMAND_OK;
+    PQclear(begin);
+    PQclear(end);
+    if (!synced || !PQexitPipelineMode(q->conn)) {
+        crier_warn("rules", "rule query connection: the pipeline did not end cleanly (%s); reconnecting",
+                   PQerrorMessage(q->conn));
+        PQfinish(q->conn);
+        q->conn = NULL;
+        return res;
+    }
+    /* a failed statement left the transaction open and aborted: end it */
     char ignored[256];
-    if (rules_query_exec(q->conn, "ROLLBACK", ignored, sizeof ignored) < 0)
+    if (!rolled_back && rules_query_exec(q->conn, "ROLLBACK", ignored, sizeof ignored) < 0)
         crier_warn("rules", "rule query connection: ROLLBACK failed: %s", ignored);
     return res;
 }

@@ -5,7 +5,8 @@
 # the events of other types emitted right after it, which are fanned out
 # within a second, while the querying events still end done with the rows
 # their query returned (the rule swallows the deferred query's error: the
-# plan made from it is thrown away all the same).
+# plan made from it is thrown away all the same). A query's session change
+# (set_config) does not outlive its statement.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 sql "CREATE SCHEMA app; CREATE TABLE app.owners (account text, user_id text);
@@ -29,6 +30,14 @@ crier.rule "lookup" {
     feed = { title = "lookup {{ entity_id }}" },
 }
 crier.rule "plain" { recipients = { "ops" }, channels = { "feed" }, feed = { title = "plain" } }
+-- a query's session change does not outlive it (each runs in a transaction rolled back)
+crier.event_type "setter" { payload = {} }
+local set = crier.query("set", [[SELECT set_config('application_name', 'changed_by_a_rule', false) AS id]])
+local get = crier.query("get", [[SELECT current_setting('application_name') AS id]])
+crier.rule "setter" {
+    recipients = function() set() return get() end,
+    channels = { "feed" }, feed = { title = "setter" },
+}
 LUA
 "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --batch-size 10 >"$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
@@ -47,6 +56,10 @@ assert_eq "L1:ann L2:bob L3:cid" \
     "$(sql "SELECT string_agg(entity_id || ':' || recipient_id, ' ' ORDER BY entity_id) FROM crier.notifications WHERE event_type = 'lookup'")" \
     "each lookup went to the owner its query found (the deferred attempt's fallback was discarded)"
 assert_eq 3 "$(sql "SELECT count(*) FROM crier.events WHERE event_type = 'lookup' AND lane = 1")" "the lookups ran in the slow lane"
+sql "SELECT crier.emit('acme', 'setter', 's1')" >/dev/null
+wait_for "SELECT count(*) = 1 FROM crier.notifications WHERE event_type = 'setter'" 20 "the setter event"
+assert_eq "crier rules" "$(sql "SELECT recipient_id FROM crier.notifications WHERE event_type = 'setter'")" \
+    "a query's set_config was rolled back with its transaction"
 grep -q "queries the database (crier.query): it goes to the slow lane" "$WORK/serve.log" ||
     fail "the log says why the events moved: $(grep -i lane "$WORK/serve.log" | head -3)"
 stop_serve
