@@ -4,7 +4,8 @@
  * crier's own role: a READ ONLY transaction does not stop COPY … TO PROGRAM,
  * pg_read_file or a SELECT of crier's secrets; a SET ROLE could be undone by
  * the query): every statement in a READ ONLY transaction that is rolled back,
- * with a statement timeout, the three statements pipelined in one round trip. The SQL text comes from the rules (fixed when they load); event data
+ * with a statement timeout (BEGIN, the query and ROLLBACK pipelined: one round
+ * trip). The SQL text comes from the rules (fixed when they load); event data
  * arrives only as parameters.
  *
  * Layer: rules (src/rules/), may use base.
