@@ -219,6 +219,13 @@ assert_eq https://app.example "$(header Access-Control-Allow-Origin)" "the origi
 assert_eq 200 "$(patch "$T_ANN" /v1/preferences '{"settings": {"locale": "de"}}' -H 'Origin: https://app.example')" "the browser's PATCH"
 assert_eq https://app.example "$(header Access-Control-Allow-Origin)" "with its CORS header"
 
+note "metrics: each route its own series"
+assert_eq 200 "$(call GET /metrics)" "metrics"
+grep -q '^crier_http_requests_total{route="/v1/preferences",status="200"}' "$WORK/body" || fail "GET counted: $(grep preferences "$WORK/body")"
+grep -q '^crier_http_requests_total{route="PATCH /v1/preferences",status="400"}' "$WORK/body" || fail "PATCH counted: $(grep preferences "$WORK/body")"
+dups=$(grep -v '^#' "$WORK/body" | sed 's/ [^ ]*$//' | sort | uniq -d)
+[ -z "$dups" ] || fail "a series appears twice in /metrics: $dups"
+
 note "the fan-out honours a preference set over HTTP"
 # acme's ann: news by webhook muted (above); bob mutes billing now, by his token
 assert_eq 200 "$(patch "$T_BOB" /v1/preferences '{"preferences": [{"event_type": "billing", "channel": "*", "enabled": false}]}')" \
