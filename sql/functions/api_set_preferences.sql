@@ -5,7 +5,8 @@
 -- the document of crier.api_preferences. A failure raises 22023; the caller's
 -- transaction then keeps nothing of the request.
 -- p_preferences: a JSON array of {"event_type", "channel", "enabled"} (enabled
--- null removes that preference), applied in order; p_settings: an object for
+-- null removes that preference; the last entry for a (type, channel) counts);
+-- p_settings: an object for
 -- crier.set_recipient_settings. Either may be NULL (left as it is), not both.
 CREATE OR REPLACE FUNCTION crier.api_set_preferences(p_tenant text, p_recipient_id text,
                                                      p_preferences jsonb, p_settings jsonb)
@@ -51,15 +52,26 @@ BEGIN
                 RAISE EXCEPTION '%: enabled must be true, false or null (null removes the preference), got %',
                     v_where, coalesce(jsonb_typeof(v_item -> 'enabled'), 'nothing') USING ERRCODE = '22023';
             END IF;
-            BEGIN
+        END LOOP;
+        -- written in one order (type, channel), whatever the request's, so
+        -- that two requests for the same person wait for each other instead
+        -- of deadlocking; of one (type, channel) given twice, the last counts
+        BEGIN -- one subtransaction for the lot (one per entry would overflow its cache)
+            FOR v_item, v_index IN
+                SELECT DISTINCT ON ((e.value ->> 'event_type') COLLATE "C", (e.value ->> 'channel') COLLATE "C")
+                       e.value, e.ordinality - 1
+                FROM jsonb_array_elements(p_preferences) WITH ORDINALITY e
+                ORDER BY (e.value ->> 'event_type') COLLATE "C", (e.value ->> 'channel') COLLATE "C", e.ordinality DESC
+            LOOP
+                v_where := format('preferences[%s]', v_index);
                 PERFORM crier.set_preference(p_tenant, p_recipient_id, v_item ->> 'event_type', v_item ->> 'channel',
                                              CASE WHEN jsonb_typeof(v_item -> 'enabled') = 'boolean'
                                                   THEN (v_item ->> 'enabled')::boolean END);
-            EXCEPTION WHEN SQLSTATE '22023' THEN
-                RAISE EXCEPTION '%: %', v_where, regexp_replace(SQLERRM, '^crier\.set_preference: ', '')
-                    USING ERRCODE = '22023';
-            END;
-        END LOOP;
+            END LOOP;
+        EXCEPTION WHEN SQLSTATE '22023' THEN
+            RAISE EXCEPTION '%: %', v_where, regexp_replace(SQLERRM, '^crier\.set_preference: ', '')
+                USING ERRCODE = '22023';
+        END;
     END IF;
     IF p_settings IS NOT NULL THEN
         BEGIN

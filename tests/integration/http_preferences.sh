@@ -219,6 +219,30 @@ assert_eq https://app.example "$(header Access-Control-Allow-Origin)" "the origi
 assert_eq 200 "$(patch "$T_ANN" /v1/preferences '{"settings": {"locale": "de"}}' -H 'Origin: https://app.example')" "the browser's PATCH"
 assert_eq https://app.example "$(header Access-Control-Allow-Origin)" "with its CORS header"
 
+note "concurrent changes of one person's preferences, in opposite orders"
+# 60 preferences each way: long enough for the requests to overlap
+entries() { # ENABLED ORDER(sort flags)
+    seq 60 | sort $2 | sed "s/.*/{\"event_type\": \"c.&\", \"channel\": \"*\", \"enabled\": $1}/" | paste -sd, -
+}
+ENTRIES=$(entries false -n)
+REVERSED=$(entries true -rn)
+CURLS=()
+for i in $(seq 24); do
+    if [ $((i % 2)) = 0 ]; then body="{\"preferences\": [$ENTRIES]}"; else body="{\"preferences\": [$REVERSED]}"; fi
+    curl -sS --max-time 30 -o "$WORK/concurrent.$i" -w '%{http_code}' -X PATCH -H "Authorization: Bearer $KA" \
+        -H 'Content-Type: application/json' --data-binary "$body" "$API/v1/preferences?user=carl" >"$WORK/concurrent.$i.status" &
+    CURLS+=($!)
+done
+wait "${CURLS[@]}"
+for i in $(seq 24); do
+    assert_eq 200 "$(cat "$WORK/concurrent.$i.status")" "concurrent PATCH $i ($(cat "$WORK/concurrent.$i"))"
+done
+assert_eq 60 "$(sql "SELECT count(DISTINCT enabled) + count(*) - 1 FROM crier.preferences WHERE tenant = 'acme' AND recipient_id = 'carl'")" \
+    "carl's 60 rows, all from one request (all true or all false)"
+assert_eq 200 "$(patch "$KA" '/v1/preferences?user=carl' '{"preferences": [{"event_type": "c.1", "channel": "*", "enabled": false}, {"event_type": "c.1", "channel": "*", "enabled": true}]}')" \
+    "the same preference twice in one request"
+assert_eq t "$(sql "SELECT enabled FROM crier.preferences WHERE tenant = 'acme' AND recipient_id = 'carl' AND event_type = 'c.1'")" "the last one wins"
+
 note "metrics: each route its own series"
 assert_eq 200 "$(call GET /metrics)" "metrics"
 grep -q '^crier_http_requests_total{route="/v1/preferences",status="200"}' "$WORK/body" || fail "GET counted: $(grep preferences "$WORK/body")"
