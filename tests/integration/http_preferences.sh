@@ -261,4 +261,10 @@ assert_eq "billing:ann=delivered billing:bob=suppressed news:ann=suppressed news
     "$(sql "SELECT string_agg(n.event_type || ':' || n.recipient_id || '=' || d.state, ' ' ORDER BY n.event_type, n.recipient_id)
             FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id")" "muted types suppressed, the rest sent"
 assert_eq 2 "$(requests_at "$RECEIVER_LOG")" "two webhooks sent"
+
+note "removing by API key"
+assert_eq 200 "$(patch "$KA" '/v1/preferences?user=ann' '{"preferences": [{"event_type": "news", "channel": "webhook", "enabled": null}]}')" \
+    "the API key removes ann's news mute"
+assert_eq '[]' "$(json "d['preferences']")" "ann has no preference left"
+assert_eq "- | Europe/Berlin,de,[]" "$(rows acme ann)" "removed from the table; the settings stay"
 echo "ok"
