@@ -5,8 +5,10 @@
 # field, repeated writes idempotent; every kind of bad input refused with a
 # 400 naming what is wrong, and nothing of the request kept; another tenant's
 # key and tokens, another user's token, forged and missing credentials reach
-# nothing of acme's ann (checked in the tables); a CORS preflight for PATCH;
-# and a preference set over HTTP honoured by the daemon's fan-out.
+# nothing of acme's ann (checked in the tables); concurrent PATCHes of one
+# person in opposite orders all succeed (no deadlock); a CORS preflight for
+# PATCH; one /metrics series per route; and a preference set over HTTP
+# honoured by the daemon's fan-out.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
