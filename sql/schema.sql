@@ -86,6 +86,14 @@ CREATE FUNCTION crier.api_outbox_lag() RETURNS double precision
     AS $$ … $$; -- the body: sql/functions/api_outbox_lag.sql
 
 --
+-- Name: api_preferences(text, text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.api_preferences(p_tenant text, p_recipient_id text) RETURNS json
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/api_preferences.sql
+
+--
 -- Name: api_random_secret(); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -100,6 +108,14 @@ CREATE FUNCTION crier.api_random_secret() RETURNS bytea
 CREATE FUNCTION crier.api_replay_dead(p_tenant text, p_type text, p_channel text, p_since timestamp with time zone, p_until timestamp with time zone, p_kind text, p_id bigint, p_event bigint, p_limit integer, OUT deliveries integer, OUT events integer, OUT endpoints_enabled integer, OUT remaining bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/api_replay_dead.sql
+
+--
+-- Name: api_set_preferences(text, text, jsonb, jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.api_set_preferences(p_tenant text, p_recipient_id text, p_preferences jsonb, p_settings jsonb) RETURNS json
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/api_set_preferences.sql
 
 --
 -- Name: api_status(integer, bigint, integer); Type: FUNCTION; Schema: crier; Owner: -

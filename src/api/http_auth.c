@@ -400,6 +400,28 @@ out:
     return rc;
 }
 
+int crier_http_person(crier_http_request *r, const char *what, const char **user)
+{
+    const char *q;
+    if (crier_http_arg(r, "user", &q) < 0)
+        return -1;
+    if (r->auth == CRIER_HTTP_AUTH_USER) {
+        if (q && strcmp(q, r->user))
+            return crier_http_error(r, 403, "forbidden", "a user token may only %s", what);
+        *user = r->user;
+        return 0;
+    }
+    if (!q)
+        return crier_http_error(r, 400, "invalid_field",
+                                "query parameter user is required with an API key");
+    if (!crier_http_valid_id(q, CRIER_HTTP_ID_MAX))
+        return crier_http_error(r, 400, "invalid_field",
+                                "query parameter user must be 1 to %d characters",
+                                CRIER_HTTP_ID_MAX);
+    *user = q;
+    return 0;
+}
+
 int crier_http_cursor_decode(crier_http_request *r, const char *text, const char *const *scope,
                              int n_scope, int64_t *values, int n)
 {

@@ -57,6 +57,13 @@ char *crier_auth_token_sign(const unsigned char *secret, size_t secret_len, cons
  * invalid_api_key, api_key_revoked, invalid_token, token_expired) or 403 set. */
 int crier_http_authenticate(crier_http_request *r, bool allow_user_token);
 
+/* The person an authenticated request acts for: a user token's own user, or
+ * the ?user= an API key names. A token whose ?user= names someone else is
+ * refused (403: "a user token may only <what>"), as is an API key without a
+ * usable ?user= (400). Returns 0 with *user set (valid while r lives), or -1
+ * with the error response set. */
+int crier_http_person(crier_http_request *r, const char *what, const char **user);
+
 /* Encodes a cursor for the position values[0..n) in the list named by
  * scope[0..n_scope) (e.g. {"feed", user, "0"}) with r's tenant secret into
  * out (at least 128 bytes). */

@@ -84,7 +84,7 @@ void crier_http_cors_add_headers(crier_http_request *r, struct MHD_Response *res
     MHD_add_response_header(resp, "Access-Control-Expose-Headers",
                             "Idempotent-Replayed, X-Request-Id");
     if (!strcmp(r->method, "OPTIONS")) { /* a preflight */
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, PATCH, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 "Authorization, Content-Type, Idempotency-Key");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");

@@ -1,6 +1,7 @@
-/* http_handlers.h — the HTTP API's endpoints, one function each, in four
+/* http_handlers.h — the HTTP API's endpoints, one function each, in five
  * files: intake and tokens (http_handlers_events.c), a person's feed
- * (http_handlers_feed.c), the operator's endpoints (http_handlers_ops.c)
+ * (http_handlers_feed.c), a person's preferences and settings
+ * (http_handlers_prefs.c), the operator's endpoints (http_handlers_ops.c)
  * and the operator's status page (http_handlers_status.c, its access in
  * http_operator.h).
  * The router (http_router.c) calls them after authenticating the request,
@@ -26,6 +27,8 @@ int crier_http_feed_counts(crier_http_request *r);   /* GET /v1/feed/counts */
 int crier_http_feed_mark_all(crier_http_request *r); /* POST /v1/feed/read-all, /v1/feed/seen-all */
 int crier_http_feed_item(crier_http_request *r);     /* POST /v1/feed/items/{id}/{action} */
 int crier_http_feed_stream(crier_http_request *r);   /* GET /v1/feed/stream (Server-Sent Events) */
+int crier_http_preferences_get(crier_http_request *r);    /* GET /v1/preferences */
+int crier_http_preferences_update(crier_http_request *r); /* PATCH /v1/preferences */
 int crier_http_notifications_get(crier_http_request *r); /* GET /v1/notifications/{id} */
 int crier_http_dead_list(crier_http_request *r);         /* GET /v1/dead */
 int crier_http_dead_replay(crier_http_request *r);       /* POST /v1/dead/replay */

@@ -29,25 +29,7 @@
  * an API key. */
 static int feed_user(crier_http_request *r, const char **user)
 {
-    const char *q;
-    if (crier_http_arg(r, "user", &q) < 0)
-        return -1;
-    if (r->auth == CRIER_HTTP_AUTH_USER) {
-        if (q && strcmp(q, r->user))
-            return crier_http_error(r, 403, "forbidden",
-                                    "a user token may only read its own user's feed");
-        *user = r->user;
-        return 0;
-    }
-    if (!q)
-        return crier_http_error(r, 400, "invalid_field",
-                                "query parameter user is required with an API key");
-    if (!crier_http_valid_id(q, CRIER_HTTP_ID_MAX))
-        return crier_http_error(r, 400, "invalid_field",
-                                "query parameter user must be 1 to %d characters",
-                                CRIER_HTTP_ID_MAX);
-    *user = q;
-    return 0;
+    return crier_http_person(r, "read its own user's feed", user);
 }
 
 /* Appends the first page's head_cursor (its newest item, bounded by the

@@ -36,7 +36,8 @@ enum {
 typedef struct {
     const char *method;
     const char *pattern; /* segments; "*" matches any one */
-    const char *name;    /* the metrics label */
+    const char *name;    /* the metrics label: unique (a path with two methods: the
+                            second's label starts with its method) */
     int auth;
     bool txn; /* the dispatcher runs it in a transaction (else it takes a connection itself) */
     int (*fn)(crier_http_request *r);
@@ -55,6 +56,10 @@ static const route_entry routes[] = {
     {"POST", "/v1/feed/items/*/*", "/v1/feed/items/{id}/{action}", ROUTE_KEY_OR_USER, true,
      crier_http_feed_item},
     {"GET", "/v1/feed/stream", "/v1/feed/stream", ROUTE_USER_QUERY, true, crier_http_feed_stream},
+    {"GET", "/v1/preferences", "/v1/preferences", ROUTE_KEY_OR_USER, true,
+     crier_http_preferences_get},
+    {"PATCH", "/v1/preferences", "PATCH /v1/preferences", ROUTE_KEY_OR_USER, true,
+     crier_http_preferences_update},
     {"GET", "/v1/notifications/*", "/v1/notifications/{id}", ROUTE_KEY, true,
      crier_http_notifications_get},
     {"GET", "/v1/dead", "/v1/dead", ROUTE_KEY, true, crier_http_dead_list},
@@ -192,7 +197,7 @@ void crier_http_route_dispatch(crier_http_request *r, char *allow, size_t allow_
         return;
     if (!strcmp(r->method, "OPTIONS")) {
         crier_http_cors_preflight(r);
-        snprintf(allow, allow_len, "GET, POST, OPTIONS");
+        snprintf(allow, allow_len, "GET, POST, PATCH, OPTIONS");
         return;
     }
     if (r->body_too_large) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tenants are walled off in the HTTP API: tenant B's API key, B's user tokens,
 # a token forged to claim tenant A, and A's cursors replayed by B try every
-# endpoint against tenant A's events, notifications, feed items, dead letters
-# and idempotency keys. Each gets 404/403/401/400 or B's own (empty) data —
+# endpoint against tenant A's events, notifications, feed items, dead letters,
+# idempotency keys, and a person's preferences and settings. Each gets 404/403/401/400 or B's own (empty) data —
 # never a byte of A's — and A's state is unchanged afterwards.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
@@ -75,13 +75,19 @@ A_DEAD_CURSOR=$(json "d['next_cursor']")
 assert_eq 200 "$(as "$KA" GET '/v1/feed?user=ann&limit=1')" "A's feed, page 1 of 2"
 A_FEED_CURSOR=$(json "d['next_cursor']")
 [ "$A_FEED_CURSOR" != null ] || fail "A's ann has a second page"
+assert_eq 200 "$(as "$KA" PATCH '/v1/preferences?user=ann' -d '{"preferences": [{"event_type": "acme.private", "channel": "*", "enabled": false}], "settings": {"locale": "en-acme", "time_zone": "UTC"}}')" \
+    "A's ann's preferences and settings"
 state_of_a() {
     sql "SELECT string_agg(x, ' ' ORDER BY x) FROM (
            SELECT 'event:' || id || ':' || state FROM crier.events WHERE tenant = 'acme'
            UNION ALL SELECT 'delivery:' || id || ':' || state || ':' || attempts FROM crier.deliveries WHERE tenant = 'acme'
            UNION ALL SELECT 'states:' || count(*) FROM crier.feed_states WHERE tenant = 'acme'
            UNION ALL SELECT 'marks:' || count(*) FROM crier.feed_watermarks WHERE tenant = 'acme'
-           UNION ALL SELECT 'idem:' || count(*) FROM crier.api_idempotency WHERE tenant = 'acme') s(x)"
+           UNION ALL SELECT 'idem:' || count(*) FROM crier.api_idempotency WHERE tenant = 'acme'
+           UNION ALL SELECT 'pref:' || recipient_id || '/' || event_type || '/' || channel || '=' || enabled || '@' || updated_at
+                     FROM crier.preferences WHERE tenant = 'acme'
+           UNION ALL SELECT 'settings:' || recipient_id || '/' || concat_ws(',', time_zone, locale, quiet_hours::text, updated_at)
+                     FROM crier.recipient_settings WHERE tenant = 'acme') s(x)"
 }
 A_BEFORE=$(state_of_a)
 
@@ -130,6 +136,12 @@ assert_eq '[]' "$(json "d['items']")" "B has none"
 no_a_data "B's dead letters"
 assert_eq 200 "$(as "$KB" GET '/v1/dead?kind=event&type=comment.created')" "B's dead events"
 assert_eq '[]' "$(json "d['items']")" "none"
+assert_eq 200 "$(as "$KB" GET '/v1/preferences?user=ann')" "B reads its own ann's preferences"
+assert_eq '[] null' "$(json "'%s %s' % (json.dumps(d['preferences']), json.dumps(d['settings']['locale']))")" "B's ann has none"
+no_a_data "B's preferences of ann"
+assert_eq 200 "$(as "$KB" PATCH '/v1/preferences?user=ann' -d '{"preferences": [{"event_type": "*", "channel": "*", "enabled": false}], "settings": {"locale": "de"}}')" \
+    "B changes its own ann's preferences (not A's: checked at the end)"
+no_a_data "B's changed preferences of ann"
 refused 404 "B replays A's dead delivery" "$(as "$KB" POST /v1/dead/replay -d "{\"id\": $A_DELIVERY}")"
 refused 404 "B replays A's dead event" "$(as "$KB" POST /v1/dead/replay -d "{\"event\": $A_EVENT}")"
 assert_eq 200 "$(as "$KB" POST /v1/dead/replay -d '{}')" "B replays all of its own dead letters"
@@ -161,9 +173,15 @@ for t in "$TB" "$TB_BOB"; do
     refused 403 "a B token emits" "$(as "$t" POST /v1/events -d '{"type": "comment.created", "entity_id": "z", "payload": {"text": "z", "to": []}}')"
     refused 403 "a B token issues tokens" "$(as "$t" POST /v1/tokens -d '{"user": "ann"}')"
     refused 400 "a B token uses A's cursor" "$(as "$t" GET "/v1/feed?cursor=$A_FEED_CURSOR")"
+    assert_eq 200 "$(as "$t" GET /v1/preferences)" "a B token reads its own preferences"
+    no_a_data "a B token's preferences"
+    assert_eq 200 "$(as "$t" PATCH /v1/preferences -d '{"preferences": [{"event_type": "acme.private", "channel": "*", "enabled": true}]}')" \
+        "a B token changes its own preferences"
 done
 refused 403 "B's bob token asks for ann's feed" "$(as "$TB_BOB" GET '/v1/feed?user=ann')"
 refused 403 "B's bob token asks for ann's live feed" "$(as "$TB_BOB" GET '/v1/feed/stream?user=ann')"
+refused 403 "B's bob token reads ann's preferences" "$(as "$TB_BOB" GET '/v1/preferences?user=ann')"
+refused 403 "B's bob token changes ann's preferences" "$(as "$TB_BOB" PATCH '/v1/preferences?user=ann' -d '{"settings": {"locale": "fr"}}')"
 
 note "forged tokens claiming tenant A"
 # B's token with its claims changed to tenant A (B's signature kept)
@@ -182,6 +200,9 @@ print(signed + "." + b64(hmac.new(key, signed.encode(), hashlib.sha256).digest()
 refused 401 "a token for A signed with B's secret" "$(as "$FORGED" GET /v1/feed)"
 refused 401 "the forged token opens A's ann's live feed" "$(call GET "/v1/feed/stream?access_token=$FORGED")"
 refused 401 "the relabelled token opens A's ann's live feed" "$(call GET "/v1/feed/stream?access_token=$SWAPPED")"
+refused 401 "the forged token reads A's ann's preferences" "$(as "$FORGED" GET /v1/preferences)"
+refused 401 "the forged token changes A's ann's preferences" "$(as "$FORGED" PATCH /v1/preferences -d '{"settings": {"locale": "fr"}}')"
+refused 401 "the relabelled token changes A's ann's preferences" "$(as "$SWAPPED" PATCH /v1/preferences -d '{"settings": {"locale": "fr"}}')"
 for action in read archive; do
     refused 401 "the forged token marks A's item ($action)" "$(as "$FORGED" POST "/v1/feed/items/$A_ITEM/$action")"
 done
@@ -214,6 +235,9 @@ assert_eq 200 "$(as "$KA" GET "/v1/notifications/$A_WEBHOOK_NOTIFICATION")" "A r
 assert_eq dead "$(json "d['status']")" "A's notification is still dead"
 assert_eq 200 "$(as "$KA" GET /v1/dead)" "A's dead letters"
 assert_eq 2 "$(json "len(d['items'])")" "both still there"
+assert_eq 200 "$(as "$TA" GET /v1/preferences)" "A's ann reads her preferences"
+assert_eq 'acme.private=false en-acme' "$(json "'%s=%s %s' % (d['preferences'][0]['event_type'], json.dumps(d['preferences'][0]['enabled']), d['settings']['locale'])")" \
+    "A's ann's preferences and settings are as A set them"
 
 note "rotating B's secret ends B's tokens and cursors, not A's"
 "$CRIER_BIN" keys rotate-secret --tenant globex | grep -q "rotated" || fail "rotate-secret"
