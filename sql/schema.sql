@@ -198,10 +198,10 @@ CREATE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel tex
     AS $$ … $$; -- the body: sql/functions/digest_join.sql
 
 --
--- Name: emit(text, text, text, jsonb, text); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: emit(text, text, text, jsonb, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text, p_payload jsonb DEFAULT '{}'::jsonb, p_dedupe_key text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text, p_payload jsonb DEFAULT '{}'::jsonb, p_dedupe_key text DEFAULT NULL::text, p_not_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/emit.sql
 
@@ -659,10 +659,11 @@ CREATE TABLE crier.events (
     cursor text,
     pages integer DEFAULT 0 NOT NULL,
     lane smallint DEFAULT 0 NOT NULL,
+    not_before timestamp with time zone,
     CONSTRAINT events_entity_id_check CHECK ((entity_id <> ''::text)),
     CONSTRAINT events_event_type_check CHECK ((event_type <> ''::text)),
     CONSTRAINT events_lane_check CHECK ((lane = ANY (ARRAY[0, 1]))),
-    CONSTRAINT events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text]))),
+    CONSTRAINT events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text, 'scheduled'::text]))),
     CONSTRAINT events_tenant_check CHECK ((tenant <> ''::text))
 );
 
@@ -829,6 +830,26 @@ CREATE TABLE crier.rules_status (
 );
 
 --
+-- Name: schedules; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.schedules (
+    name text NOT NULL,
+    tenant text NOT NULL,
+    cron text NOT NULL,
+    time_zone text NOT NULL,
+    event_type text NOT NULL,
+    catch_up text NOT NULL,
+    last_occurrence timestamp with time zone,
+    next_occurrence timestamp with time zone,
+    last_event_id bigint,
+    last_fired_at timestamp with time zone,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['each'::text, 'latest'::text])))
+);
+
+--
 -- Name: schema_functions; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -875,7 +896,8 @@ CREATE TABLE crier.timers (
     outcome text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     fired_at timestamp with time zone,
-    CONSTRAINT timers_kind_check CHECK ((kind = ANY (ARRAY['delay'::text, 'digest'::text]))),
+    event_id bigint,
+    CONSTRAINT timers_kind_check CHECK ((kind = ANY (ARRAY['delay'::text, 'digest'::text, 'send'::text]))),
     CONSTRAINT timers_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'fired'::text, 'dead'::text])))
 );
 
@@ -1114,6 +1136,13 @@ ALTER TABLE ONLY crier.rules_status
     ADD CONSTRAINT rules_status_pkey PRIMARY KEY (worker);
 
 --
+-- Name: schedules schedules_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (name, tenant);
+
+--
 -- Name: schema_functions schema_functions_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1260,6 +1289,12 @@ CREATE INDEX notifications_event ON crier.notifications USING btree (event_id);
 --
 
 CREATE INDEX notifications_recipient ON crier.notifications USING btree (tenant, recipient_id, id);
+
+--
+-- Name: schedules_due; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX schedules_due ON crier.schedules USING btree (next_occurrence);
 
 --
 -- Name: throttle_hits_key; Type: INDEX; Schema: crier; Owner: -

@@ -116,6 +116,7 @@ struct crier_timers {
     uint64_t pass_sent; /* digests rendered in this pass (sent once it commits) */
     uint64_t pass_delays; /* timers fired in place (delays) in this pass */
     uint64_t pass_due; /* deliveries made due by this pass */
+    uint64_t pass_events; /* scheduled events made pending by this pass */
     crier_timers_stats stats;
 };
 
@@ -256,6 +257,12 @@ static void timers_on_fire(crier_timers *t, PGresult *res)
             }
             timers_add_digest(t, res, i);
             digests++;
+        } else if (!strcmp(kind, "send")) {
+            t->pass_delays++;
+            if (!strcmp(PQgetvalue(res, i, FIRE_OUTCOME), "pending"))
+                t->pass_events++;
+            crier_debug("timers", "timer %s (send): %s", PQgetvalue(res, i, FIRE_TIMER_ID),
+                        PQgetvalue(res, i, FIRE_OUTCOME));
         } else {
             t->pass_delays++;
             if (!strcmp(PQgetvalue(res, i, FIRE_OUTCOME), "pending"))
@@ -339,9 +346,11 @@ static void timers_result(void *ud, PGresult *res, const char *err)
             t->stats.passes++;
         t->stats.digests_sent += t->pass_sent;
         t->stats.fired += t->pass_sent + t->pass_delays;
-        if (t->pass_due && t->committed)
-            t->committed(t->committed_ud, t->pass_due);
+        t->stats.events_released += t->pass_events;
+        if ((t->pass_due || t->pass_events) && t->committed)
+            t->committed(t->committed_ud, t->pass_due, t->pass_events);
         t->pass_due = 0;
+        t->pass_events = 0;
         if (t->pass_rows >= t->batch_size || t->pass_more) {
             t->due = true; /* more may be due at once */
         } else if (t->pass_busy) {
