@@ -4,6 +4,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "pg_cluster.h"
+#include "time_arg.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -59,15 +60,22 @@ out:
 
 static const char emit_help[] =
     "usage: crier emit --tenant T --type EVENT_TYPE --entity ID [--payload JSON|@FILE]\n"
-    "                  [--dedupe-key KEY] [--no-validate] [options]\n"
+    "                  [--dedupe-key KEY] [--not-before TIME] [--no-validate] [options]\n"
     "\n"
     "Emits one event through crier.emit() and prints its id (the existing id when an\n"
     "event with the same tenant and dedupe key exists). The event type and payload are\n"
     "checked against the rules first unless --no-validate is given.\n"
+    "\n"
+    "  --not-before TIME  a scheduled send: the event fans out at TIME, not before\n"
+    "                     (once). TIME is RFC 3339 with its offset\n"
+    "                     (2026-03-01T08:00:00+01:00, ...Z) or +N followed by s, m, h\n"
+    "                     or d, from now (+10m). A past time is an ordinary emit; a\n"
+    "                     re-emit of the dedupe key keeps the first call's time.\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
 typedef struct {
-    const char *tenant, *type, *entity, *payload_arg, *dedupe;
+    const char *tenant, *type, *entity, *payload_arg, *dedupe, *not_before;
+    char not_before_buf[32];
     bool validate;
 } emit_args;
 
@@ -81,6 +89,15 @@ static int emit_option(void *ud, int opt, const char *arg)
     case 'p': a->payload_arg = arg; return 0;
     case 'k': a->dedupe = arg; return 0;
     case 'n': a->validate = false; return 0;
+    case 'b':
+        a->not_before = crier_time_not_before(arg, a->not_before_buf, sizeof a->not_before_buf);
+        if (!a->not_before) {
+            crier_cli_error("emit", "--not-before '%s' is not a time: give RFC 3339 with its offset "
+                                    "(2026-03-01T08:00:00Z, 2026-03-01T09:00:00+01:00) or +N followed by "
+                                    "s, m, h or d (+10m)", arg);
+            return -1;
+        }
+        return 0;
     }
     return -1;
 }
@@ -94,10 +111,11 @@ int crier_cmd_emit(int argc, char **argv)
                                             {"payload", required_argument, NULL, 'p'},
                                             {"dedupe-key", required_argument, NULL, 'k'},
                                             {"no-validate", no_argument, NULL, 'n'},
+                                            {"not-before", required_argument, NULL, 'b'},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     crier_database db;
-    emit_args a = {NULL, NULL, NULL, "{}", NULL, true};
+    emit_args a = {.payload_arg = "{}", .validate = true};
     char *payload_owned = NULL;
     const char *payload;
     char err[8192];
@@ -139,11 +157,12 @@ int crier_cmd_emit(int argc, char **argv)
     }
     {
         PGconn *conn = crier_cli_connect("emit", &cli, &db);
-        const char *params[5] = {a.tenant, a.type, a.entity, payload, a.dedupe};
+        const char *params[6] = {a.tenant, a.type, a.entity, payload, a.dedupe, a.not_before};
         PGresult *res;
         if (!conn)
             goto out;
-        res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, NULL, params, NULL, NULL, 0);
+        res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5, $6::timestamptz)", 6, NULL, params,
+                           NULL, NULL, 0);
         if (PQresultStatus(res) == PGRES_TUPLES_OK) {
             printf("%s\n", PQgetvalue(res, 0, 0));
             rc = 0;
