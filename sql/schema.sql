@@ -174,6 +174,38 @@ CREATE FUNCTION crier.complete_deliveries(p_id bigint[], p_attempt integer[], p_
     AS $$ … $$; -- the body: sql/functions/complete_deliveries.sql
 
 --
+-- Name: cron_local_instant(timestamp without time zone, text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_local_instant(p_local timestamp without time zone, p_zone text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/cron_local_instant.sql
+
+--
+-- Name: cron_next(text, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_next(p_expr text, p_zone text, p_after timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/cron_next.sql
+
+--
+-- Name: cron_parse(text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_parse(p_expr text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT doms integer[], OUT months integer[], OUT dows integer[], OUT dom_star boolean, OUT dow_star boolean) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/cron_parse.sql
+
+--
+-- Name: cron_value(text, text, integer, text, integer, integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_value(p_expr text, p_name text, p_field integer, p_text text, p_lo integer, p_hi integer) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/cron_value.sql
+
+--
 -- Name: dead_letters(text, text, text, timestamp with time zone, timestamp with time zone, text, bigint, bigint); Type: FUNCTION; Schema: crier; Owner: -
 --
 
