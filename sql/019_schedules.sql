@@ -32,7 +32,9 @@ CREATE TABLE crier.schedules (
     next_occurrence timestamptz,          -- NULL: the expression has no more occurrences
     last_event_id   bigint,
     last_fired_at   timestamptz,
-    seen_at         timestamptz NOT NULL DEFAULT now(), -- the last time a daemon's rules had it
+    last_error      text,                 -- why the last attempt failed
+    retry_after     timestamptz,          -- after a failure: not tried again before
+    seen_at         timestamptz NOT NULL DEFAULT now(), -- the last time a daemon fired or registered it
     created_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (name, tenant)
 );

@@ -326,6 +326,14 @@ CREATE FUNCTION crier.fire_delay(p_delivery_id bigint) RETURNS text
     AS $$ … $$; -- the body: sql/functions/fire_delay.sql
 
 --
+-- Name: fire_schedules(jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.fire_schedules(p_defs jsonb) RETURNS TABLE(name text, tenant text, emitted integer, skipped integer, next_occurrence timestamp with time zone, outcome text)
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/fire_schedules.sql
+
+--
 -- Name: fire_timers(integer); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -404,6 +412,14 @@ CREATE FUNCTION crier.replay_dead(p_tenant text, p_type text, p_channel text, p_
 CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/retain.sql
+
+--
+-- Name: schedules_next(jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.schedules_next(p_defs jsonb) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/schedules_next.sql
 
 --
 -- Name: set_preference(text, text, text, text, boolean); Type: FUNCTION; Schema: crier; Owner: -
@@ -876,6 +892,8 @@ CREATE TABLE crier.schedules (
     next_occurrence timestamp with time zone,
     last_event_id bigint,
     last_fired_at timestamp with time zone,
+    last_error text,
+    retry_after timestamp with time zone,
     seen_at timestamp with time zone DEFAULT now() NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['each'::text, 'latest'::text])))

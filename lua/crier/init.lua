@@ -212,9 +212,10 @@ local schedule_fields = {
 --     payload = { ... }, catch_up = "each" | "latest" }
 -- Declares a recurring schedule: each occurrence of cron (lua/crier/cron.lua's
 -- grammar; six fields for seconds) in time_zone (default "UTC") emits, for
--- each tenant, one event of type event (declared by the rules) for entity
--- (default: the schedule's name) with payload plus the fields schedule (the
--- name) and occurrence (the instant, RFC 3339 UTC); its dedupe key is derived
+-- each tenant, one event of type event (declared by the rules) whose entity
+-- id is entity (default: the schedule's name) followed by ":" and the
+-- occurrence, with payload plus the fields schedule (the name) and
+-- occurrence (the instant, RFC 3339 UTC); its dedupe key is derived
 -- from the name and the occurrence, so it is emitted once whichever daemon
 -- fires it. catch_up (default "each"): what a daemon that was down emits for
 -- the occurrences it missed: each (at most the 100 latest) or only the
@@ -268,8 +269,9 @@ function crier.schedule(name)
             bad("event must be the name of a declared event type, like event = \"summary.daily\"")
         end
         local entity = spec.entity == nil and name or spec.entity
-        if type(entity) ~= "string" or entity == "" or #entity > 500 then
-            bad("entity must be a string of 1-500 characters (default: the schedule's name)")
+        if type(entity) ~= "string" or entity == "" or #entity > 400 then
+            bad("entity must be a string of 1-400 characters (default: the schedule's name; each event's entity "
+                .. "id is it followed by \":\" and the occurrence)")
         end
         local payload = spec.payload == nil and {} or spec.payload
         local payload_json
