@@ -186,7 +186,9 @@ static const char status_help[] =
     "paused and disabled endpoints, the oldest pending event's age, the timers\n"
     "(pending delays and digests with the earliest due time and how late it is, those\n"
     "fired in the last hour, digests whose rendering keeps failing), the open digest\n"
-    "windows and the next to close, each crier serve worker of the last hour: alive\n"
+    "windows and the next to close, scheduled sends (pending send timers) and the\n"
+    "recurring schedules (per schedule and tenant: cron, zone, next occurrence, last\n"
+    "fired, last error), each crier serve worker of the last hour: alive\n"
     "(with what it has in flight), stopped, or dead (3 missed heartbeats), its rules\n"
     "version (and its last rejected reload, with the problems as file:line: message), and the\n"
     "latest dead letters (crier dead list shows all).\n"
@@ -215,7 +217,7 @@ static int status_timers(PGconn *conn)
     PGresult *res = PQexec(
         conn, "SELECT k.kind, count(t.id), " STATUS_TIME("min(t.due_at)") ","
               " floor(extract(epoch FROM min(t.due_at) - now()))::bigint"
-              " FROM (VALUES ('delay'), ('digest')) AS k(kind)"
+              " FROM (VALUES ('delay'), ('digest'), ('send')) AS k(kind)"
               " LEFT JOIN crier.timers t ON t.kind = k.kind AND t.state = 'pending'"
               " GROUP BY k.kind ORDER BY k.kind");
     if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -289,6 +291,44 @@ out:
     return rc;
 }
 
+/* Prints the recurring schedules (sql/019_schedules.sql): one line per
+ * schedule and tenant with its next occurrence and when it last fired, and
+ * its last error. Returns 0, or -1 after printing what failed. */
+static int status_schedules(PGconn *conn)
+{
+    PGresult *res = PQexec(
+        conn, "SELECT name, tenant, cron, time_zone, catch_up, " STATUS_TIME("next_occurrence") ","
+              " floor(extract(epoch FROM next_occurrence - now()))::bigint, " STATUS_TIME("last_occurrence") ","
+              " " STATUS_TIME("last_fired_at") ", left(last_error, 300), (SELECT count(*) FROM crier.schedules)"
+              " FROM crier.schedules ORDER BY name, tenant LIMIT 50");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        crier_cli_error("status", "schedules: %s", PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    printf("schedules: %s\n", PQntuples(res) ? PQgetvalue(res, 0, 10) : "0");
+    for (int i = 0; i < PQntuples(res); i++) {
+        printf("schedule %s (tenant %s): \"%s\" in %s, catch_up %s; next ", PQgetvalue(res, i, 0),
+               PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4));
+        if (PQgetisnull(res, i, 5)) {
+            printf("none");
+        } else {
+            printf("%s (", PQgetvalue(res, i, 5));
+            status_print_due(PQgetvalue(res, i, 6));
+            putchar(')');
+        }
+        if (PQgetisnull(res, i, 8))
+            printf("; never fired");
+        else
+            printf("; last fired %s for the occurrence %s", PQgetvalue(res, i, 8), PQgetvalue(res, i, 7));
+        putchar('\n');
+        if (!PQgetisnull(res, i, 9))
+            printf("  last error: %s\n", PQgetvalue(res, i, 9));
+    }
+    PQclear(res);
+    return 0;
+}
+
 /* Prints the outbox's state from the database of conn. Returns the exit
  * status: 0, or 1 after printing what failed. */
 static int status_print(PGconn *conn)
@@ -314,7 +354,7 @@ static int status_print(PGconn *conn)
         printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
     PQclear(res);
     res = NULL;
-    if (status_timers(conn) < 0)
+    if (status_timers(conn) < 0 || status_schedules(conn) < 0)
         goto out;
     res = PQexec(conn, "SELECT * FROM (SELECT 'event ' || id || ': ' || left(last_error, 200), processed_at"
                        "  FROM crier.events WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5) e"

@@ -29,6 +29,10 @@ assert_eq t "$(sql "SELECT bool_and(not_before = '$due') FROM crier.events WHERE
 assert_eq 3 "$(sql "SELECT count(*) FROM crier.timers WHERE kind = 'send' AND state = 'pending' AND due_at = '$due'")" \
     "one send timer each"
 wait_for "SELECT state = 'done' FROM crier.events WHERE id = $past" 10 "a past time is an ordinary emit"
+"$CRIER_BIN" status >"$WORK/status.out"
+grep -q "^events.scheduled: 3$" "$WORK/status.out" || fail "crier status counts the scheduled events: $(cat "$WORK/status.out")"
+grep -q "^timers.pending.send: 3 (earliest due .*, in [0-9]* s)$" "$WORK/status.out" ||
+    fail "crier status shows the scheduled sends' time: $(cat "$WORK/status.out")"
 if out=$(sql "SELECT crier.emit('acme', 'ping', 'bad', '{}', NULL, 'infinity')" 2>&1); then
     fail "an infinite time was accepted"
 fi

@@ -114,6 +114,11 @@ assert_eq "$total" "$(sort -u "$WORK/ids" | wc -l)" "no duplicate request"
 assert_eq t "$(sql "SELECT bool_and(last_error IS NULL AND next_occurrence > last_occurrence) FROM crier.schedules")" \
     "the rows moved on"
 
+"$CRIER_BIN" status >"$WORK/status.out"
+grep -q '^schedules: 3$' "$WORK/status.out" || fail "crier status counts the schedules: $(cat "$WORK/status.out")"
+grep -q '^schedule every-3s (tenant acme): "\*/3 \* \* \* \* \*" in UTC, catch_up each; next 20.*; last fired 20.* for the occurrence 20' \
+    "$WORK/status.out" || fail "crier status lists a schedule with its next occurrence: $(cat "$WORK/status.out")"
+
 # a reload that drops a schedule stops it; its row stays
 sed -i '/crier.schedule "latest-3s"/,$d' "$WORK/rules/rules.lua"
 "$CRIER_BIN" check "$WORK/rules" --set url=http://127.0.0.1:9/ >/dev/null || fail "the trimmed rules do not load"
