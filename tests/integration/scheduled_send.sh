@@ -4,7 +4,8 @@
 # send timer; at its time the event fans out, once, though two daemons run and
 # one of them is killed -9 around the due time. A time in the past is an
 # ordinary emit; a re-emit of the dedupe key keeps the first time; a bad time
-# is refused and changes nothing.
+# is refused and changes nothing; crier status shows them; retention keeps
+# them.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -42,6 +43,11 @@ if out=$(sql "SELECT crier.emit('acme', 'ping', 'bad', '{}', NULL, 'tomorrow at 
 fi
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE entity_id = 'bad'")" "bad input changes nothing"
 
+# retention keeps scheduled events (and their pending timers), whatever their age
+sql "SELECT crier.retain('events', '0', 1000), crier.retain('timers', '0', 1000)" >/dev/null
+assert_eq 3 "$(sql "SELECT count(*) FROM crier.events WHERE state = 'scheduled'")" "retention keeps scheduled events"
+assert_eq 3 "$(sql "SELECT count(*) FROM crier.timers WHERE kind = 'send' AND state = 'pending'")" \
+    "retention keeps their timers"
 # nothing before the time; w1 dies around the due time; w3 comes up
 while [ "$(sql "SELECT now() < '$due'::timestamptz - interval '100 ms'")" = t ]; do
     assert_eq 0 "$(sql "SELECT count(*) FROM crier.notifications WHERE entity_id LIKE 's%'")" \

@@ -5,8 +5,9 @@
 # and one comes back: the schedule with catch_up = "each" emits every missed
 # occurrence once, the one with "latest" only the latest. Every occurrence of
 # "each" from the first to the last is one event (no gap, no duplicate), each
-# sent once to the webhook. crier check lists the schedules; a rules reload
-# that drops a schedule stops it.
+# sent once to the webhook. crier check lists the schedules (and refuses a
+# bad cron or zone with file:line); crier status lists them with their next
+# occurrence; a rules reload that drops a schedule stops it.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -30,6 +31,18 @@ grep -q '^schedule every-3s (.*rules.lua:8): "\*/3 \* \* \* \* \*" in UTC for ac
     "$WORK/check.out" || fail "crier check lists the schedule: $(cat "$WORK/check.out")"
 grep -q '^schedule latest-3s .* in Europe/Berlin for acme, globex -> tick, catch_up latest' "$WORK/check.out" ||
     fail "crier check lists the second schedule: $(cat "$WORK/check.out")"
+
+# a bad cron is refused with file:line, and so is an unknown zone
+mkdir -p "$WORK/bad"
+sed -e 's|"\*/3 \* \* \* \* \*", tenants = { "acme" }|"*/3 * * * 8", tenants = { "acme" }|' \
+    -e 's|Europe/Berlin|Europe/Berlim|' "$WORK/rules/rules.lua" >"$WORK/bad/rules.lua"
+if "$CRIER_BIN" check "$WORK/bad" --set url=http://127.0.0.1:9/ >"$WORK/bad.out" 2>&1; then
+    fail "bad schedules were accepted"
+fi
+grep -q "rules.lua:8: schedule 'every-3s': cron \"\*/3 \* \* \* 8\": day of week: 8 is out of range 0-7" "$WORK/bad.out" ||
+    fail "the bad cron's message: $(cat "$WORK/bad.out")"
+grep -q "rules.lua:9: schedule 'latest-3s': unknown time zone \"Europe/Berlim\"" "$WORK/bad.out" ||
+    fail "the unknown zone's message: $(cat "$WORK/bad.out")"
 
 serve() { # NAME
     "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --set "url=$RECEIVER_URL" >"$WORK/$1.log" 2>&1 &
