@@ -190,6 +190,14 @@ CREATE FUNCTION crier.cron_next(p_expr text, p_zone text, p_after timestamp with
     AS $$ … $$; -- the body: sql/functions/cron_next.sql
 
 --
+-- Name: cron_next_or_null(text, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_next_or_null(p_expr text, p_zone text, p_after timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/cron_next_or_null.sql
+
+--
 -- Name: cron_parse(text); Type: FUNCTION; Schema: crier; Owner: -
 --
 

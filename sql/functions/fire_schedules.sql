@@ -4,8 +4,9 @@
 -- payload, catch_up}]). For each (schedule, tenant):
 --   * not in crier.schedules yet: registered, its first occurrence the next one after now
 --     (no backlog for a schedule seen for the first time);
---   * its cron or time zone changed: the row takes the new ones, and the next occurrence
---     after now;
+--   * its cron or time zone differ from the row's (the rule changed, or daemons run two rules
+--     versions): this definition's occurrences after the last one handled are the due ones
+--     (with the schedule's catch-up), and the row takes this definition when it fires;
 --   * due (next_occurrence <= now): the row is locked FOR UPDATE SKIP LOCKED (a row another
 --     daemon is firing is skipped: it fires it), and each occurrence up to now is walked:
 --     catch_up 'each' emits every one (at most the 100 latest; older ones are skipped and
@@ -76,21 +77,16 @@ BEGIN
                 CONTINUE; -- another daemon is on it
             END IF;
             IF s.cron <> d.cron OR s.time_zone <> d.time_zone THEN
-                next_occurrence := crier.cron_next(d.cron, d.time_zone, v_now);
-                UPDATE crier.schedules sc SET cron = d.cron, time_zone = d.time_zone, event_type = d.event_type,
-                    catch_up = d.catch_up, next_occurrence = fire_schedules.next_occurrence, last_error = NULL,
-                    retry_after = NULL, seen_at = now()
-                WHERE sc.name = d.name AND sc.tenant = d.tenant;
-                outcome := 'changed: the next occurrence is the first after now';
-                RETURN NEXT;
-                CONTINUE;
+                -- another definition (the rule changed, or daemons run two rules versions): this
+                -- one's occurrences after the last one handled
+                v_occ := crier.cron_next(d.cron, d.time_zone, coalesce(s.last_occurrence, s.created_at));
+            ELSE
+                v_occ := s.next_occurrence;
             END IF;
-            IF s.next_occurrence IS NULL OR s.next_occurrence > v_now
-               OR coalesce(s.retry_after, '-infinity') > v_now THEN
-                CONTINUE; -- fired by another daemon meanwhile
+            IF v_occ IS NULL OR v_occ > v_now OR coalesce(s.retry_after, '-infinity') > v_now THEN
+                CONTINUE; -- not due (fired by another daemon meanwhile, or this definition's time is later)
             END IF;
             -- the occurrences due: the last c_max_each of them in v_ring
-            v_occ := s.next_occurrence;
             v_first := v_occ;
             v_ring := '{}';
             v_steps := 0;
@@ -130,6 +126,7 @@ BEGIN
             next_occurrence := crier.cron_next(d.cron, d.time_zone, greatest(v_ring[cardinality(v_ring)], v_now));
             UPDATE crier.schedules sc SET last_occurrence = v_ring[cardinality(v_ring)],
                 next_occurrence = fire_schedules.next_occurrence, last_event_id = v_id,
+                cron = d.cron, time_zone = d.time_zone,
                 last_fired_at = clock_timestamp(), event_type = d.event_type, catch_up = d.catch_up,
                 last_error = NULL, retry_after = NULL, seen_at = now()
             WHERE sc.name = d.name AND sc.tenant = d.tenant;

@@ -127,6 +127,7 @@ struct crier_timers {
     uint64_t pass_delays; /* timers fired in place (delays) in this pass */
     uint64_t pass_due; /* deliveries made due by this pass */
     uint64_t pass_events; /* scheduled events made pending, or emitted by schedules, by this pass */
+    uint64_t pass_sched_events; /* of which emitted by schedules */
     int pass_schedules;   /* schedules this pass did something for */
     bool last_pass_empty; /* the last pass found nothing it could take */
     crier_timers_stats stats;
@@ -307,7 +308,7 @@ static void timers_on_schedules(crier_timers *t, PGresult *res)
         uint64_t emitted = strtoull(PQgetvalue(res, i, SCHED_EMITTED), NULL, 10);
         const char *next = PQgetisnull(res, i, SCHED_NEXT) ? "none" : PQgetvalue(res, i, SCHED_NEXT);
         t->pass_events += emitted;
-        t->stats.schedule_events += emitted;
+        t->pass_sched_events += emitted;
         if (!strncmp(outcome, "failed", 6))
             crier_warn("timers", "schedule %s (tenant %s): %s; tried again in 30 s", PQgetvalue(res, i, SCHED_NAME),
                        PQgetvalue(res, i, SCHED_TENANT), outcome);
@@ -381,6 +382,8 @@ static void timers_result(void *ud, PGresult *res, const char *err)
         break;
     case TIMERS_BEGIN:
         t->pass_schedules = 0;
+        t->pass_events = 0; /* (a pass rolled back counts nothing) */
+        t->pass_sched_events = 0;
         if (strcmp(crier_rules_schedules_json(t->rules), "[]")) {
             crier_pg_params_reset(&t->params);
             crier_pg_params_text(&t->params, crier_rules_schedules_json(t->rules));
@@ -407,7 +410,8 @@ static void timers_result(void *ud, PGresult *res, const char *err)
         t->last_pass_empty = t->pass_rows == 0 && t->pass_schedules == 0;
         t->stats.digests_sent += t->pass_sent;
         t->stats.fired += t->pass_sent + t->pass_delays;
-        t->stats.events_released += t->pass_events;
+        t->stats.events_released += t->pass_events - t->pass_sched_events;
+        t->stats.schedule_events += t->pass_sched_events;
         if ((t->pass_due || t->pass_events) && t->committed)
             t->committed(t->committed_ud, t->pass_due, t->pass_events);
         t->pass_due = 0;

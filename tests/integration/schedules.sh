@@ -5,7 +5,7 @@
 # and one comes back: the schedule with catch_up = "each" emits every missed
 # occurrence once, the one with "latest" only the latest. Every occurrence of
 # "each" from the first to the last is one event (no gap, no duplicate), each
-# sent once to the webhook. crier check lists the schedules (and refuses a
+# reaching the webhook as one message. crier check lists the schedules (and refuses a
 # bad cron or zone with file:line); crier status lists them with their next
 # occurrence; a rules reload that drops a schedule stops it.
 . "$(dirname "$0")/../support/lib.sh"
@@ -121,9 +121,10 @@ wait_for "SELECT count(*) = 0 FROM crier.deliveries WHERE state IN ('pending', '
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" 2>/dev/null || true
 total=$(sql "SELECT count(*) FROM crier.events")
-assert_eq "$total" "$(requests_at "$RECEIVER_LOG")" "one webhook request per event"
+# (a send in flight when its daemon was killed -9 is sent again with its
+# webhook-id: delivery is at least once, deduplicated by that id)
 receiver_ids >"$WORK/ids"
-assert_eq "$total" "$(sort -u "$WORK/ids" | wc -l)" "no duplicate request"
+assert_eq "$total" "$(sort -u "$WORK/ids" | wc -l)" "one webhook message per event"
 assert_eq t "$(sql "SELECT bool_and(last_error IS NULL AND next_occurrence > last_occurrence) FROM crier.schedules")" \
     "the rows moved on"
 
