@@ -58,10 +58,14 @@ BEGIN
             ON CONFLICT (tenant, dedupe_key) DO NOTHING
             RETURNING id INTO v_id;
             IF v_id IS NOT NULL THEN
+                -- the timer workers re-read their wake-up time (NOTIFY serialises commits: not when
+                -- a pending timer is due no later, which wakes them anyway and makes them look again)
+                IF NOT EXISTS (SELECT 1 FROM crier.timers t WHERE t.state = 'pending' AND t.due_at <= p_not_before) THEN
+                    PERFORM pg_notify('crier_timers', '');
+                END IF;
                 INSERT INTO crier.timers (key, tenant, kind, due_at, event_id)
                 VALUES (crier.timer_key(ARRAY['send', v_id::text]), p_tenant, 'send', p_not_before, v_id)
                 ON CONFLICT (key) DO NOTHING;
-                PERFORM pg_notify('crier_timers', '');
                 RETURN v_id;
             END IF;
         ELSE
