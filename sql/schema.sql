@@ -22,10 +22,10 @@ CREATE FUNCTION crier.api_dead_letters(p_tenant text, p_type text, p_channel tex
     AS $$ … $$; -- the body: sql/functions/api_dead_letters.sql
 
 --
--- Name: api_emit(text, text, text, jsonb, text, text, text); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: api_emit(text, text, text, jsonb, text, text, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.api_emit(p_tenant text, p_type text, p_entity text, p_payload jsonb, p_dedupe text, p_idem_key text, p_body text, OUT status integer, OUT code text, OUT body text, OUT replayed boolean) RETURNS record
+CREATE FUNCTION crier.api_emit(p_tenant text, p_type text, p_entity text, p_payload jsonb, p_dedupe text, p_idem_key text, p_body text, p_not_before timestamp with time zone, OUT status integer, OUT code text, OUT body text, OUT replayed boolean) RETURNS record
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/api_emit.sql
 
@@ -198,6 +198,46 @@ CREATE FUNCTION crier.complete_deliveries(p_id bigint[], p_attempt integer[], p_
     AS $$ … $$; -- the body: sql/functions/complete_deliveries.sql
 
 --
+-- Name: cron_local_instant(timestamp without time zone, text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_local_instant(p_local timestamp without time zone, p_zone text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/cron_local_instant.sql
+
+--
+-- Name: cron_next(text, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_next(p_expr text, p_zone text, p_after timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/cron_next.sql
+
+--
+-- Name: cron_next_or_null(text, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_next_or_null(p_expr text, p_zone text, p_after timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/cron_next_or_null.sql
+
+--
+-- Name: cron_parse(text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_parse(p_expr text, OUT seconds integer[], OUT minutes integer[], OUT hours integer[], OUT doms integer[], OUT months integer[], OUT dows integer[], OUT dom_star boolean, OUT dow_star boolean) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/cron_parse.sql
+
+--
+-- Name: cron_value(text, text, integer, text, integer, integer); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.cron_value(p_expr text, p_name text, p_field integer, p_text text, p_lo integer, p_hi integer) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/cron_value.sql
+
+--
 -- Name: dead_letters(text, text, text, timestamp with time zone, timestamp with time zone, text, bigint, bigint); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -222,10 +262,10 @@ CREATE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel tex
     AS $$ … $$; -- the body: sql/functions/digest_join.sql
 
 --
--- Name: emit(text, text, text, jsonb, text); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: emit(text, text, text, jsonb, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text, p_payload jsonb DEFAULT '{}'::jsonb, p_dedupe_key text DEFAULT NULL::text) RETURNS bigint
+CREATE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text, p_payload jsonb DEFAULT '{}'::jsonb, p_dedupe_key text DEFAULT NULL::text, p_not_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS bigint
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/emit.sql
 
@@ -316,6 +356,14 @@ CREATE FUNCTION crier.feed_position_now() RETURNS bigint
 CREATE FUNCTION crier.fire_delay(p_delivery_id bigint) RETURNS text
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/fire_delay.sql
+
+--
+-- Name: fire_schedules(jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.fire_schedules(p_defs jsonb) RETURNS TABLE(name text, tenant text, emitted integer, skipped integer, next_occurrence timestamp with time zone, outcome text)
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/fire_schedules.sql
 
 --
 -- Name: fire_timers(integer); Type: FUNCTION; Schema: crier; Owner: -
@@ -444,6 +492,14 @@ CREATE FUNCTION crier.replay_dead(p_tenant text, p_type text, p_channel text, p_
 CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/retain.sql
+
+--
+-- Name: schedules_next(jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.schedules_next(p_defs jsonb) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/schedules_next.sql
 
 --
 -- Name: set_preference(text, text, text, text, boolean); Type: FUNCTION; Schema: crier; Owner: -
@@ -739,10 +795,11 @@ CREATE TABLE crier.events (
     cursor text,
     pages integer DEFAULT 0 NOT NULL,
     lane smallint DEFAULT 0 NOT NULL,
+    not_before timestamp with time zone,
     CONSTRAINT events_entity_id_check CHECK ((entity_id <> ''::text)),
     CONSTRAINT events_event_type_check CHECK ((event_type <> ''::text)),
     CONSTRAINT events_lane_check CHECK ((lane = ANY (ARRAY[0, 1]))),
-    CONSTRAINT events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text]))),
+    CONSTRAINT events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text, 'scheduled'::text]))),
     CONSTRAINT events_tenant_check CHECK ((tenant <> ''::text))
 );
 
@@ -923,6 +980,28 @@ CREATE TABLE crier.rules_status (
 );
 
 --
+-- Name: schedules; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.schedules (
+    name text NOT NULL,
+    tenant text NOT NULL,
+    cron text NOT NULL,
+    time_zone text NOT NULL,
+    event_type text NOT NULL,
+    catch_up text NOT NULL,
+    last_occurrence timestamp with time zone,
+    next_occurrence timestamp with time zone,
+    last_event_id bigint,
+    last_fired_at timestamp with time zone,
+    last_error text,
+    retry_after timestamp with time zone,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['each'::text, 'latest'::text])))
+);
+
+--
 -- Name: schema_functions; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -969,7 +1048,8 @@ CREATE TABLE crier.timers (
     outcome text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     fired_at timestamp with time zone,
-    CONSTRAINT timers_kind_check CHECK ((kind = ANY (ARRAY['delay'::text, 'digest'::text]))),
+    event_id bigint,
+    CONSTRAINT timers_kind_check CHECK ((kind = ANY (ARRAY['delay'::text, 'digest'::text, 'send'::text]))),
     CONSTRAINT timers_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'fired'::text, 'dead'::text])))
 );
 
@@ -1215,6 +1295,13 @@ ALTER TABLE ONLY crier.rules_status
     ADD CONSTRAINT rules_status_pkey PRIMARY KEY (worker);
 
 --
+-- Name: schedules schedules_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (name, tenant);
+
+--
 -- Name: schema_functions schema_functions_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1361,6 +1448,12 @@ CREATE INDEX notifications_event ON crier.notifications USING btree (event_id);
 --
 
 CREATE INDEX notifications_recipient ON crier.notifications USING btree (tenant, recipient_id, id);
+
+--
+-- Name: schedules_due; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX schedules_due ON crier.schedules USING btree (next_occurrence);
 
 --
 -- Name: throttle_hits_key; Type: INDEX; Schema: crier; Owner: -

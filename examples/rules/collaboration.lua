@@ -18,6 +18,10 @@
 --                  dropped.
 -- invoice.overdue  a reminder email a day later, cancelled when invoice.paid
 --                  arrives for the same invoice in the meantime.
+-- team.daily       every morning at 08:00 Berlin time (the schedule
+--                  "daily-summary": crier emits it, once, whatever daemons
+--                  run), the team's feed gets a reminder to catch up; a
+--                  morning missed while every daemon was down is made up once.
 --
 -- Settings: collaboration_from (the sender address), collaboration_oncall_url
 -- and collaboration_builds_url (webhook endpoints).
@@ -53,6 +57,17 @@ crier.event_type "invoice.overdue" {
 crier.event_type "invoice.paid" {
     description = "An invoice was paid (cancels its pending overdue reminder)",
     payload = { invoice_id = "string" },
+}
+
+crier.event_type "team.daily" {
+    description = "Every morning, from the daily-summary schedule",
+    payload = { schedule = "string", occurrence = "string" },
+}
+
+crier.schedule "daily-summary" {
+    description = "The team's morning reminder",
+    cron = "0 8 * * *", time_zone = "Europe/Berlin", tenants = { "acme" },
+    event = "team.daily", catch_up = "latest",
 }
 
 crier.rule "comment.created" {
@@ -150,4 +165,10 @@ crier.rule "invoice.overdue" {
         text = "{{ payload.amount_cents | money(payload.currency) }} are due for invoice {{ payload.invoice_id }}.",
         delay = "1d", cancel_on = { "invoice.paid" },
     },
+}
+
+crier.rule "team.daily" {
+    recipients = { "team" },
+    channels = { "feed" },
+    feed = { title = "Good morning: catch up on yesterday's comments", body = "{{ payload.occurrence }}" },
 }

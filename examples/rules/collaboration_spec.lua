@@ -118,4 +118,19 @@ describe("collaboration example", function()
         assert.are.equal("12.50 EUR are due for invoice inv_9.", email.text)
         assert.are.same({ delay = 86400, cancel_on = { "invoice.paid" } }, timing_of(email))
     end)
+
+    it("schedules the team's morning reminder at 08:00 Berlin time, the latest missed one only", function()
+        local schedules = rules.generation:schedules()
+        assert.are.equal(1, #schedules)
+        local daily = schedules[1]
+        assert.are.same({ "daily-summary", "0 8 * * *", "Europe/Berlin", { "acme" }, "team.daily", "latest" },
+            { daily.name, daily.cron, daily.time_zone, daily.tenants, daily.event_type, daily.catch_up })
+        -- the event each occurrence emits
+        local result = rules:plan { type = "team.daily", tenant = "acme",
+            entity_id = "daily-summary:2026-12-04T07:00:00Z",
+            payload = { schedule = "daily-summary", occurrence = "2026-12-04T07:00:00Z" } }
+        local item = testing.assert_delivered(result, "team", "feed")
+        assert.are.equal("Good morning: catch up on yesterday's comments", item.content.title)
+        assert.are.equal("2026-12-04T07:00:00Z", item.content.body)
+    end)
 end)

@@ -9,6 +9,7 @@ local json = require "crier.json"
 local template = require "crier.template"
 local locale = require "crier.locale"
 local timing = require "crier.timing"
+local cron = require "crier.cron"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable =
     type, pairs, ipairs, next, tostring, tonumber, error, select, setmetatable, getmetatable
@@ -196,6 +197,119 @@ function crier.retry(spec)
     local at = where(2)
     for channel, literal in pairs(parse_retry_by_channel(registry, at, "crier.retry", spec)) do
         registry.retry[channel] = literal
+    end
+end
+
+---------------------------------------------------------------------------
+-- Schedules
+
+local schedule_fields = {
+    cron = true, time_zone = true, tenants = true, event = true, entity = true, payload = true, catch_up = true,
+    description = true,
+}
+
+-- crier.schedule(name) { cron = "0 8 * * *", time_zone = "Europe/Berlin",
+--     tenants = { "acme" }, event = "summary.daily", entity = "daily",
+--     payload = { ... }, catch_up = "each" | "latest" }
+-- Declares a recurring schedule: each occurrence of cron (lua/crier/cron.lua's
+-- grammar; six fields for seconds) in time_zone (default "UTC") emits, for
+-- each tenant, one event of type event (declared by the rules) whose entity
+-- id is entity (default: the schedule's name) followed by ":" and the
+-- occurrence, with payload plus the fields schedule (the name) and
+-- occurrence (the instant, RFC 3339 UTC); its dedupe key is derived
+-- from the name and the occurrence, so it is emitted once whichever daemon
+-- fires it. catch_up (default "each"): what a daemon that was down emits for
+-- the occurrences it missed: each (at most the 100 latest) or only the
+-- latest. Problems (a bad cron field, an unknown zone, a duplicate; an
+-- undeclared event type or a payload its schema refuses, checked once every
+-- file is loaded) are load errors at the declaration's file:line. Calling it
+-- outside a load, or with a bad name, raises an error.
+function crier.schedule(name)
+    local registry = loading_registry("crier.schedule")
+    if type(name) ~= "string" or not find(name, "^[%w_][%w_%.%-]*$") or #name > 100 then
+        error("crier.schedule: name must be 1-100 letters, digits, '.', '_' or '-' like \"daily-digest\", got "
+            .. (type(name) == "string" and format("%q", name) or type(name)), 2)
+    end
+    local at = where(2)
+    return function(spec)
+        if type(spec) ~= "table" then
+            error(format("crier.schedule \"%s\": expected a table { cron = ..., event = ..., tenants = ... }, got %s",
+                name, type(spec)), 2)
+        end
+        local what = "schedule '" .. name .. "'"
+        local ok = true
+        local function bad(msg)
+            problem(registry, at, what .. ": " .. msg)
+            ok = false
+        end
+        check_fields(registry, at, what, spec, schedule_fields)
+        local parsed, err = cron.parse(spec.cron)
+        if spec.cron == nil then
+            bad("cron is required, like cron = \"0 8 * * *\" (minute hour day-of-month month day-of-week)")
+        elseif not parsed then
+            bad("cron " .. err)
+        end
+        local zone = spec.time_zone == nil and "UTC" or spec.time_zone
+        local zone_ok, zone_err = cron.valid_zone(zone)
+        if not zone_ok then
+            bad(zone_err)
+        end
+        local tenants = {}
+        if type(spec.tenants) ~= "table" or not is_list(spec.tenants) or #spec.tenants == 0 then
+            bad("tenants must be a non-empty list of tenant ids, like tenants = { \"acme\" }")
+        else
+            for i, t in ipairs(spec.tenants) do
+                if type(t) ~= "string" or t == "" or #t > 200 then
+                    bad(format("tenants[%d] must be a tenant id (1-200 characters), got %s", i, describe_value(t)))
+                else
+                    tenants[#tenants + 1] = t
+                end
+            end
+        end
+        if type(spec.event) ~= "string" or not find(spec.event, "^[%w_][%w_%.%-]*$") then
+            bad("event must be the name of a declared event type, like event = \"summary.daily\"")
+        end
+        local entity = spec.entity == nil and name or spec.entity
+        if type(entity) ~= "string" or entity == "" or #entity > 400 then
+            bad("entity must be a string of 1-400 characters (default: the schedule's name; each event's entity "
+                .. "id is it followed by \":\" and the occurrence)")
+        end
+        local payload = spec.payload == nil and {} or spec.payload
+        local payload_json
+        if type(payload) ~= "table" or (next(payload) ~= nil and json.is_array(payload)) then
+            bad("payload must be a table of fields (a JSON object)")
+        else
+            local text, jerr = json.encode(payload)
+            if not text then
+                bad("payload is not JSON-encodable: " .. tostring(jerr))
+            elseif text == "[]" then
+                payload_json = "{}"
+            else
+                payload_json = text
+            end
+        end
+        local catch_up = spec.catch_up == nil and "each" or spec.catch_up
+        if catch_up ~= "each" and catch_up ~= "latest" then
+            bad(format("catch_up must be \"each\" (every missed occurrence, at most the 100 latest) or "
+                .. "\"latest\" (only the latest), got %s", describe_value(catch_up)))
+        end
+        if spec.description ~= nil and type(spec.description) ~= "string" then
+            bad("description must be a string")
+        end
+        local previous = registry.schedules[name]
+        if previous then
+            problem(registry, at, format("%s is declared twice (first at %s)", what, previous.where))
+            return
+        end
+        if not ok then
+            return
+        end
+        registry.schedules[name] = {
+            name = name, where = at, cron = spec.cron, spec = parsed, time_zone = zone, tenants = tenants,
+            event_type = spec.event, entity = entity, payload_json = payload_json, catch_up = catch_up,
+            description = spec.description,
+        }
+        registry.schedule_order[#registry.schedule_order + 1] = name
     end
 end
 

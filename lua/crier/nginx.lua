@@ -346,17 +346,18 @@ function M.db()
     return require("crier.pg").connect(config.database)
 end
 
--- M.emit(tenant, type, entity, payload, dedupe_key): crier.emit in its own
--- transaction; returns the event id (a duplicate dedupe key returns the
--- first event's id) or nil, err, sqlstate. The worker serves other
--- requests while it waits.
-function M.emit(tenant, event_type, entity, payload, dedupe_key)
+-- M.emit(tenant, type, entity, payload, dedupe_key, not_before): crier.emit
+-- in its own transaction; returns the event id (a duplicate dedupe key
+-- returns the first event's id) or nil, err, sqlstate. not_before (optional):
+-- an RFC 3339 time with its offset, a scheduled send. The worker serves
+-- other requests while it waits.
+function M.emit(tenant, event_type, entity, payload, dedupe_key, not_before)
     local db, err, sqlstate = M.db()
     if not db then
         return nil, err, sqlstate
     end
     local id
-    id, err, sqlstate = db:emit(tenant, event_type, entity, payload, dedupe_key)
+    id, err, sqlstate = db:emit(tenant, event_type, entity, payload, dedupe_key, not_before)
     db:keepalive()
     return id, err, sqlstate
 end

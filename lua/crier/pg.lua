@@ -726,11 +726,23 @@ function Conn:exec(sql)
     return self:_results(true)
 end
 
--- db:emit(tenant, type, entity, payload, dedupe_key): crier.emit on this
--- connection (inside its transaction when one is open). payload is a table
--- (encoded as JSON), JSON text, or nil ({}). Returns the event id (a
--- duplicate dedupe key returns the first event's id) or nil, err, sqlstate.
-function Conn:emit(tenant, event_type, entity, payload, dedupe_key)
+-- Whether s is an RFC 3339 date-time with its offset (the shape a "not
+-- before" time must have; the database checks the calendar).
+local function rfc3339(s)
+    return type(s) == "string"
+        and (s:match("^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d[Zz]$")
+            or s:match("^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d%.%d+[Zz]$")
+            or s:match("^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d[+-]%d%d:%d%d$")
+            or s:match("^%d%d%d%d%-%d%d%-%d%d[Tt ]%d%d:%d%d:%d%d%.%d+[+-]%d%d:%d%d$")) ~= nil
+end
+
+-- db:emit(tenant, type, entity, payload, dedupe_key, not_before): crier.emit
+-- on this connection (inside its transaction when one is open). payload is a
+-- table (encoded as JSON), JSON text, or nil ({}). not_before (optional, a
+-- scheduled send): an RFC 3339 time with its offset; the event fans out then,
+-- not before. Returns the event id (a duplicate dedupe key returns the first
+-- event's id) or nil, err, sqlstate (a not_before of another shape: 22023).
+function Conn:emit(tenant, event_type, entity, payload, dedupe_key, not_before)
     if payload == nil then
         payload = "{}"
     elseif type(payload) == "table" then
@@ -742,8 +754,12 @@ function Conn:emit(tenant, event_type, entity, payload, dedupe_key)
     elseif type(payload) ~= "string" then
         error("emit: payload must be a table, JSON text or nil", 2)
     end
-    local rows, err, sqlstate = self:query("SELECT crier.emit($1, $2, $3, $4::jsonb, $5) AS id",
-        { tenant, event_type, entity, payload, dedupe_key, n = 5 })
+    if not_before ~= nil and not rfc3339(not_before) then
+        return nil, "crier.emit: not_before must be an RFC 3339 time with its offset, such as "
+            .. "2026-03-01T08:00:00Z or 2026-03-01T09:00:00+01:00", "22023"
+    end
+    local rows, err, sqlstate = self:query("SELECT crier.emit($1, $2, $3, $4::jsonb, $5, $6::timestamptz) AS id",
+        { tenant, event_type, entity, payload, dedupe_key, not_before, n = 6 })
     if not rows then
         return nil, err, sqlstate
     end

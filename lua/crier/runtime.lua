@@ -25,6 +25,8 @@ local runtime = {}
 local Generation = {}
 Generation.__index = Generation
 
+local check_schedules -- (below, beside payload validation)
+
 ---------------------------------------------------------------------------
 -- Loading
 
@@ -159,6 +161,8 @@ function runtime.new_generation(files, settings)
         rules = {},
         rule_order = {},
         problems = {},
+        schedules = {},
+        schedule_order = {},
         retry = {},
         queries = {},
         limits = sandbox.parse_limits({}), -- a copy per generation
@@ -189,6 +193,7 @@ function runtime.new_generation(files, settings)
             crier._check_cancel_on(registry, rule)
         end
     end
+    check_schedules(registry)
     if #registry.problems > 0 then
         return nil, concat(sort_problems(registry.problems, files), "\n")
     end
@@ -285,6 +290,83 @@ local function check_payload(event_type, payload_json)
         return nil, name .. ": " .. concat(problems, "; ")
     end
     return payload
+end
+
+-- Each schedule's event type must be declared and accept the schedule's
+-- payload with the fields every occurrence adds (schedule, occurrence).
+function check_schedules(registry)
+    for _, name in ipairs(registry.schedule_order) do
+        local sc = registry.schedules[name]
+        local et = registry.event_types[sc.event_type]
+        if not et or et.builtin then
+            registry.problems[#registry.problems + 1] = format(
+                "%s: schedule '%s': event type '%s' is not declared (declare it with crier.event_type \"%s\" "
+                .. "{ ... })", sc.where, name, sc.event_type, sc.event_type)
+        else
+            local payload = json.decode(sc.payload_json)
+            payload.schedule, payload.occurrence = name, "2026-01-01T00:00:00Z"
+            local ok, err = check_payload(et, json.encode(payload))
+            if not ok then
+                registry.problems[#registry.problems + 1] = format(
+                    "%s: schedule '%s': its events would be refused: %s (each occurrence's payload is the "
+                    .. "schedule's payload plus schedule and occurrence, strings)", sc.where, name, err)
+            end
+        end
+    end
+end
+
+-- gen:schedules(): the schedules the rules declare, in declaration order:
+-- { { name, where, cron, time_zone, tenants, event_type, entity,
+-- payload_json, catch_up, description } } (copies).
+function Generation:schedules()
+    local out = {}
+    for i, name in ipairs(self.registry.schedule_order) do
+        local sc = self.registry.schedules[name]
+        local tenants = {}
+        for j, t in ipairs(sc.tenants) do
+            tenants[j] = t
+        end
+        out[i] = { name = name, where = sc.where, cron = sc.cron, time_zone = sc.time_zone, tenants = tenants,
+            event_type = sc.event_type, entity = sc.entity, payload_json = sc.payload_json,
+            catch_up = sc.catch_up, description = sc.description }
+    end
+    return out
+end
+
+-- gen:describe_schedules(now): the schedules as text for crier check, one
+-- line each: name, file:line, cron, zone, tenants, event type, catch-up and
+-- the next occurrence after now (Unix seconds) — computed here for UTC; in
+-- another zone the daemon's database computes it (crier status shows it).
+-- "" when there are none.
+function Generation:describe_schedules(now)
+    local cron = require "crier.cron"
+    local lines = {}
+    for _, sc in ipairs(self:schedules()) do
+        local nxt
+        if sc.time_zone == "UTC" then
+            local t = cron.next_utc(assert(cron.parse(sc.cron)), floor(tonumber(now) or 0))
+            nxt = t and cron.format_utc(t) or "none within 8 years"
+        else
+            nxt = "in " .. sc.time_zone .. " (crier status shows it)"
+        end
+        lines[#lines + 1] = format("schedule %s (%s): %q in %s for %s -> %s, catch_up %s; next: %s", sc.name,
+            sc.where, sc.cron, sc.time_zone, concat(sc.tenants, ", "), sc.event_type, sc.catch_up, nxt)
+    end
+    return #lines > 0 and concat(lines, "\n") .. "\n" or ""
+end
+
+-- gen:schedules_json(): the schedules as the JSON array crier.fire_schedules
+-- takes ([] when there are none): { name, cron, time_zone, tenants,
+-- event_type, entity, payload, catch_up } each.
+function Generation:schedules_json()
+    local parts = {}
+    for i, sc in ipairs(self:schedules()) do
+        parts[i] = format('{"name":%s,"cron":%s,"time_zone":%s,"tenants":%s,"event_type":%s,"entity":%s,'
+            .. '"payload":%s,"catch_up":%s}', json.encode(sc.name), json.encode(sc.cron), json.encode(sc.time_zone),
+            json.encode(setmetatable(sc.tenants, array_mt)), json.encode(sc.event_type), json.encode(sc.entity),
+            sc.payload_json, json.encode(sc.catch_up))
+    end
+    return "[" .. concat(parts, ",") .. "]"
 end
 
 ---------------------------------------------------------------------------

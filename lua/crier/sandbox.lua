@@ -339,7 +339,7 @@ local allowed_modules = {
 -- (not its internals, such as the registry or the channel kinds, which a rule
 -- could otherwise change for every later event).
 local crier_public = {
-    "event_type", "rule", "filter", "setting", "query", "pages", "retry", "limits", "parse_retry",
+    "event_type", "rule", "schedule", "filter", "setting", "query", "pages", "retry", "limits", "parse_retry",
     "preference_allows",
 }
 

@@ -7,9 +7,12 @@
 -- key came with another body); the caller words the error. A concurrent
 -- request with the same key waits on the key's row until the first one commits
 -- or rolls back. p_body is the request body, hashed as canonical jsonb text so
--- that a replay must carry the same request.
+-- that a replay must carry the same request. p_not_before: a scheduled send
+-- (crier.emit's not before), NULL: now.
+DROP FUNCTION IF EXISTS crier.api_emit(text, text, text, jsonb, text, text, text);
 CREATE OR REPLACE FUNCTION crier.api_emit(p_tenant text, p_type text, p_entity text, p_payload jsonb,
                                           p_dedupe text, p_idem_key text, p_body text,
+                                          p_not_before timestamptz,
                                           OUT status integer, OUT code text, OUT body text, OUT replayed boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -40,11 +43,12 @@ BEGIN
         END IF;
     END IF;
 
-    v_id := crier.emit(p_tenant, p_type, p_entity, p_payload, p_dedupe);
+    v_id := crier.emit(p_tenant, p_type, p_entity, p_payload, p_dedupe, p_not_before);
     -- the row was inserted by this transaction unless it was a duplicate
     SELECT CASE WHEN e.xmin = pg_current_xact_id()::xid THEN 201 ELSE 200 END,
            json_build_object('id', e.id, 'type', e.event_type, 'entity_id', e.entity_id,
-                             'dedupe_key', e.dedupe_key, 'state', e.state, 'created_at', e.created_at,
+                             'dedupe_key', e.dedupe_key, 'state', e.state, 'not_before', e.not_before,
+                             'created_at', e.created_at,
                              'duplicate', e.xmin <> pg_current_xact_id()::xid)::text
     INTO status, body
     FROM crier.events e WHERE e.id = v_id AND e.tenant = p_tenant;

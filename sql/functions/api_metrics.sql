@@ -20,7 +20,9 @@ WITH counters AS (
 ), series AS (
     SELECT DISTINCT c.metric, c.label1, c.value1 FROM counters c WHERE c.metric LIKE '%\_bucket'
 ), waiting AS (
-    SELECT count(*)::double precision AS n FROM crier.events WHERE state = 'pending'
+    -- waiting for fan-out, or for their time (scheduled sends: one pending send timer each)
+    SELECT (SELECT count(*) FROM crier.events WHERE state = 'pending')::double precision
+         + (SELECT count(*) FROM crier.timers WHERE state = 'pending' AND kind = 'send') AS n
 )
     SELECT 'crier_events', 'state', 'pending', NULL, NULL, (SELECT n FROM waiting), ''
     UNION ALL
@@ -69,7 +71,7 @@ WITH counters AS (
     UNION ALL
     SELECT 'crier_timers_pending', 'kind', k.kind, NULL, NULL,
         (SELECT count(*) FROM crier.timers t WHERE t.state = 'pending' AND t.kind = k.kind)::double precision, ''
-        FROM unnest(ARRAY['delay', 'digest']) AS k(kind)
+        FROM unnest(ARRAY['delay', 'digest', 'send']) AS k(kind)
     UNION ALL
     SELECT 'crier_timers_oldest_overdue_seconds', NULL, NULL, NULL, NULL,
         coalesce(extract(epoch FROM now() - min(t.due_at))::double precision, 0), ''

@@ -2,9 +2,17 @@
 -- beside your business row. Returns the event's id, the same id when an event with this
 -- (tenant, dedupe key) exists already. Without a dedupe key the event's natural key
 -- (type, entity) is used.
+--
+-- p_not_before (a scheduled send): an event whose time is in the future is stored in the
+-- state 'scheduled' with a timer of kind 'send' due then (crier.fire_timers makes it
+-- pending: it fans out at that time, once); NULL, now or a past time is an ordinary emit.
+-- A re-emit of an existing dedupe key returns the existing event whatever time it names:
+-- the first call's time stands.
+DROP FUNCTION IF EXISTS crier.emit(text, text, text, jsonb, text);
 CREATE OR REPLACE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text,
                            p_payload jsonb DEFAULT '{}'::jsonb,
-                           p_dedupe_key text DEFAULT NULL) RETURNS bigint
+                           p_dedupe_key text DEFAULT NULL,
+                           p_not_before timestamptz DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     v_id  bigint;
@@ -35,14 +43,39 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    IF p_not_before IS NOT NULL AND NOT isfinite(p_not_before) THEN
+        RAISE EXCEPTION 'crier.emit: not_before must be a finite time (an RFC 3339 time with its offset)'
+            USING ERRCODE = '22023';
+    END IF;
+
     v_key := coalesce(p_dedupe_key, crier.natural_key(p_event_type, p_entity_id));
     LOOP
-        INSERT INTO crier.events (tenant, event_type, entity_id, payload, dedupe_key)
-        VALUES (p_tenant, p_event_type, p_entity_id, p_payload, v_key)
-        ON CONFLICT (tenant, dedupe_key) DO NOTHING
-        RETURNING id INTO v_id;
-        IF v_id IS NOT NULL THEN
-            RETURN v_id;
+        IF p_not_before IS NOT NULL AND p_not_before > clock_timestamp() THEN
+            INSERT INTO crier.events (tenant, event_type, entity_id, payload, dedupe_key, state, available_at,
+                                      not_before)
+            VALUES (p_tenant, p_event_type, p_entity_id, p_payload, v_key, 'scheduled', p_not_before,
+                    p_not_before)
+            ON CONFLICT (tenant, dedupe_key) DO NOTHING
+            RETURNING id INTO v_id;
+            IF v_id IS NOT NULL THEN
+                -- the timer workers re-read their wake-up time (NOTIFY serialises commits: not when
+                -- a pending timer is due no later, which wakes them anyway and makes them look again)
+                IF NOT EXISTS (SELECT 1 FROM crier.timers t WHERE t.state = 'pending' AND t.due_at <= p_not_before) THEN
+                    PERFORM pg_notify('crier_timers', '');
+                END IF;
+                INSERT INTO crier.timers (key, tenant, kind, due_at, event_id)
+                VALUES (crier.timer_key(ARRAY['send', v_id::text]), p_tenant, 'send', p_not_before, v_id)
+                ON CONFLICT (key) DO NOTHING;
+                RETURN v_id;
+            END IF;
+        ELSE
+            INSERT INTO crier.events (tenant, event_type, entity_id, payload, dedupe_key, not_before)
+            VALUES (p_tenant, p_event_type, p_entity_id, p_payload, v_key, p_not_before)
+            ON CONFLICT (tenant, dedupe_key) DO NOTHING
+            RETURNING id INTO v_id;
+            IF v_id IS NOT NULL THEN
+                RETURN v_id;
+            END IF;
         END IF;
         SELECT id INTO v_id FROM crier.events WHERE tenant = p_tenant AND dedupe_key = v_key;
         IF v_id IS NOT NULL THEN

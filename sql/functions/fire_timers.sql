@@ -14,6 +14,9 @@
 -- and what its notification's key is made of; the caller renders it and calls
 -- crier.flush_digests in the same transaction. A digest already sent only marks its timer
 -- fired.
+-- A send timer (a scheduled send, crier.emit's p_not_before) makes its event pending and
+-- is marked fired (kind 'send', outcome 'pending'); the sleeping daemons are woken as an
+-- emit wakes them (crier.notify_events).
 CREATE OR REPLACE FUNCTION crier.fire_timers(p_limit integer)
 RETURNS TABLE (timer_id bigint, kind text, digest_id bigint, tenant text, event_type text, digest_key text,
                recipient_id text, channel text, discriminator text, last_event_id bigint, outcome text,
@@ -28,6 +31,8 @@ DECLARE
     v_kinds text[];
     v_deliveries bigint[];
     v_digests bigint[];
+    v_events bigint[];
+    v_sent integer;
     v_once bigint[];        -- the deliveries that exactly one delay timer of the batch names, sorted,
     v_once_timers bigint[]; -- that timer, and its place in the claim
     v_once_ords bigint[];
@@ -41,14 +46,42 @@ DECLARE
     v_last bigint;
 BEGIN
     SELECT array_agg(c.id ORDER BY c.due_at, c.id), array_agg(c.kind ORDER BY c.due_at, c.id),
-           array_agg(c.delivery_id ORDER BY c.due_at, c.id), array_agg(c.digest_id ORDER BY c.due_at, c.id)
-    INTO v_ids, v_kinds, v_deliveries, v_digests
-    FROM (SELECT tm.id, tm.kind, tm.delivery_id, tm.digest_id, tm.due_at FROM crier.timers tm
+           array_agg(c.delivery_id ORDER BY c.due_at, c.id), array_agg(c.digest_id ORDER BY c.due_at, c.id),
+           array_agg(c.event_id ORDER BY c.due_at, c.id)
+    INTO v_ids, v_kinds, v_deliveries, v_digests, v_events
+    FROM (SELECT tm.id, tm.kind, tm.delivery_id, tm.digest_id, tm.event_id, tm.due_at FROM crier.timers tm
           WHERE tm.state = 'pending' AND tm.due_at <= v_now
           ORDER BY tm.due_at LIMIT p_limit
           FOR UPDATE SKIP LOCKED) c;
     IF v_ids IS NULL THEN
         RETURN;
+    END IF;
+
+    -- Scheduled sends: their events become pending (an event no longer scheduled — there
+    -- is none today — is left as it is), their timers fired.
+    IF 'send' = ANY(v_kinds) THEN
+        RETURN QUERY
+        WITH s AS (
+            SELECT u.id, u.event_id FROM unnest(v_ids, v_kinds, v_events) AS u(id, kind, event_id)
+            WHERE u.kind = 'send'
+        ), ev AS (
+            UPDATE crier.events e SET state = 'pending', available_at = now()
+            FROM s WHERE e.id = s.event_id AND e.state = 'scheduled'
+            RETURNING e.id
+        ), f AS (
+            UPDATE crier.timers tm SET state = 'fired', fired_at = clock_timestamp(), attempts = tm.attempts + 1,
+                outcome = CASE WHEN EXISTS (SELECT 1 FROM ev WHERE ev.id = s.event_id) THEN 'pending'
+                               ELSE 'nothing to do: the event was not scheduled any more' END
+            FROM s WHERE tm.id = s.id
+            RETURNING tm.id, tm.outcome
+        )
+        SELECT f.id, 'send'::text, NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text,
+               NULL::text, NULL::bigint, f.outcome, NULL::text
+        FROM f;
+        GET DIAGNOSTICS v_sent = ROW_COUNT;
+        IF v_sent > 0 AND NOT pg_try_advisory_xact_lock_shared(1668442469, 1) THEN
+            PERFORM pg_notify('crier_events', '');
+        END IF;
     END IF;
 
     -- Delays: decided and applied for the batch at once. Arrays are zipped by position, or
@@ -134,7 +167,7 @@ BEGIN
         SELECT s.id, s.kind, s.delivery_id, v_digests[s.ord] AS digest_id, s.action
         FROM (SELECT u.ord, u.id, u.kind, u.delivery_id, NULL::text AS action
               FROM unnest(v_ids, v_kinds, v_deliveries) WITH ORDINALITY AS u(id, kind, delivery_id, ord)
-              WHERE u.kind <> 'delay' OR u.ord = ANY(v_odd_ords)
+              WHERE u.kind = 'digest' OR u.ord = ANY(v_odd_ords)
               UNION ALL
               SELECT x.ord, x.id, 'delay', x.delivery_id, x.action
               FROM unnest(v_once_ords, v_once_timers, v_once, v_dec_actions) AS x(ord, id, delivery_id, action)

@@ -1,5 +1,6 @@
 /* http_handlers_events.c — intake and tokens: POST /v1/events (validated by
- * the rules, deduplicated by crier.emit, with Idempotency-Key replays),
+ * the rules, deduplicated by crier.emit, with Idempotency-Key replays, and a
+ * not_before time for a scheduled send),
  * GET /v1/events/{id}, and POST /v1/tokens (a user token for a browser).
  *
  * Layer: api (src/api/), may use pg, rules, base.
@@ -10,6 +11,7 @@
 #include "http_query.h"
 #include "http_rules.h"
 #include "log.h"
+#include "time_arg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,11 +39,11 @@ static bool events_valid_type(const char *t)
 
 int crier_http_events_create(crier_http_request *r)
 {
-    static const char *const names[] = {"type", "entity_id", "payload", "dedupe_key"};
-    crier_http_field f[4];
-    const char *type, *entity, *payload = "{}", *dedupe, *key;
+    static const char *const names[] = {"type", "entity_id", "payload", "dedupe_key", "not_before"};
+    crier_http_field f[5];
+    const char *type, *entity, *payload = "{}", *dedupe, *not_before, *key;
     char err[2048];
-    const char *values[6];
+    const char *values[7];
     PGresult *res;
     crier_plan_status st;
 
@@ -50,11 +52,16 @@ int crier_http_events_create(crier_http_request *r)
         return crier_http_error(r, 400, "invalid_header",
                                 "Idempotency-Key must be 1 to %d visible ASCII characters",
                                 CRIER_HTTP_ID_MAX);
-    if (crier_http_body_fields(r, names, 4, f, false) < 0 ||
+    if (crier_http_body_fields(r, names, 5, f, false) < 0 ||
         crier_http_field_string(r, &f[0], true, 200, true, &type) < 0 ||
         crier_http_field_string(r, &f[1], true, 500, true, &entity) < 0 ||
-        crier_http_field_string(r, &f[3], false, 500, true, &dedupe) < 0)
+        crier_http_field_string(r, &f[3], false, 500, true, &dedupe) < 0 ||
+        crier_http_field_string(r, &f[4], false, 64, true, &not_before) < 0)
         return -1;
+    if (not_before && !crier_time_rfc3339_valid(not_before))
+        return crier_http_error(r, 400, "invalid_field",
+                                "field not_before must be an RFC 3339 time with its offset, such as "
+                                "2026-03-01T08:00:00Z or 2026-03-01T09:00:00+01:00");
     if (!events_valid_type(type))
         return crier_http_error(r, 400, "invalid_field",
                                 "field type must be 1 to 200 letters, digits, '.', '_' or '-'");
@@ -82,10 +89,11 @@ int crier_http_events_create(crier_http_request *r)
     values[3] = dedupe;
     values[4] = key;
     values[5] = r->body.data;
-    res = crier_http_query_tenant_prepared(
-        r, CRIER_HTTP_STMT_EMIT,
-        "SELECT status, code, body, replayed FROM crier.api_emit($1, $2, $3, $4::jsonb, $5, $6, $7)", 6,
-        values);
+    values[6] = not_before;
+    res = crier_http_query_tenant_prepared(r, CRIER_HTTP_STMT_EMIT,
+                                           "SELECT status, code, body, replayed"
+                                           " FROM crier.api_emit($1, $2, $3, $4::jsonb, $5, $6, $7, $8::timestamptz)",
+                                           7, values);
     if (!res)
         return -1;
     if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {

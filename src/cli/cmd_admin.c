@@ -4,6 +4,7 @@
 #include "log.h"
 #include "migrate.h"
 #include "pg_cluster.h"
+#include "time_arg.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -59,15 +60,22 @@ out:
 
 static const char emit_help[] =
     "usage: crier emit --tenant T --type EVENT_TYPE --entity ID [--payload JSON|@FILE]\n"
-    "                  [--dedupe-key KEY] [--no-validate] [options]\n"
+    "                  [--dedupe-key KEY] [--not-before TIME] [--no-validate] [options]\n"
     "\n"
     "Emits one event through crier.emit() and prints its id (the existing id when an\n"
     "event with the same tenant and dedupe key exists). The event type and payload are\n"
     "checked against the rules first unless --no-validate is given.\n"
+    "\n"
+    "  --not-before TIME  a scheduled send: the event fans out at TIME, not before\n"
+    "                     (once). TIME is RFC 3339 with its offset\n"
+    "                     (2026-03-01T08:00:00+01:00, ...Z) or +N followed by s, m, h\n"
+    "                     or d, from now (+10m). A past time is an ordinary emit; a\n"
+    "                     re-emit of the dedupe key keeps the first call's time.\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
 typedef struct {
-    const char *tenant, *type, *entity, *payload_arg, *dedupe;
+    const char *tenant, *type, *entity, *payload_arg, *dedupe, *not_before;
+    char not_before_buf[32];
     bool validate;
 } emit_args;
 
@@ -81,6 +89,15 @@ static int emit_option(void *ud, int opt, const char *arg)
     case 'p': a->payload_arg = arg; return 0;
     case 'k': a->dedupe = arg; return 0;
     case 'n': a->validate = false; return 0;
+    case 'b':
+        a->not_before = crier_time_not_before(arg, a->not_before_buf, sizeof a->not_before_buf);
+        if (!a->not_before) {
+            crier_cli_error("emit", "--not-before '%s' is not a time: give RFC 3339 with its offset "
+                                    "(2026-03-01T08:00:00Z, 2026-03-01T09:00:00+01:00) or +N followed by "
+                                    "s, m, h or d (+10m)", arg);
+            return -1;
+        }
+        return 0;
     }
     return -1;
 }
@@ -94,10 +111,11 @@ int crier_cmd_emit(int argc, char **argv)
                                             {"payload", required_argument, NULL, 'p'},
                                             {"dedupe-key", required_argument, NULL, 'k'},
                                             {"no-validate", no_argument, NULL, 'n'},
+                                            {"not-before", required_argument, NULL, 'b'},
                                             {NULL, 0, NULL, 0}};
     crier_cli cli;
     crier_database db;
-    emit_args a = {NULL, NULL, NULL, "{}", NULL, true};
+    emit_args a = {.payload_arg = "{}", .validate = true};
     char *payload_owned = NULL;
     const char *payload;
     char err[8192];
@@ -139,11 +157,12 @@ int crier_cmd_emit(int argc, char **argv)
     }
     {
         PGconn *conn = crier_cli_connect("emit", &cli, &db);
-        const char *params[5] = {a.tenant, a.type, a.entity, payload, a.dedupe};
+        const char *params[6] = {a.tenant, a.type, a.entity, payload, a.dedupe, a.not_before};
         PGresult *res;
         if (!conn)
             goto out;
-        res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5)", 5, NULL, params, NULL, NULL, 0);
+        res = PQexecParams(conn, "SELECT crier.emit($1, $2, $3, $4::jsonb, $5, $6::timestamptz)", 6, NULL, params,
+                           NULL, NULL, 0);
         if (PQresultStatus(res) == PGRES_TUPLES_OK) {
             printf("%s\n", PQgetvalue(res, 0, 0));
             rc = 0;
@@ -167,7 +186,9 @@ static const char status_help[] =
     "paused and disabled endpoints, the oldest pending event's age, the timers\n"
     "(pending delays and digests with the earliest due time and how late it is, those\n"
     "fired in the last hour, digests whose rendering keeps failing), the open digest\n"
-    "windows and the next to close, each crier serve worker of the last hour: alive\n"
+    "windows and the next to close, scheduled sends (pending send timers) and the\n"
+    "recurring schedules (per schedule and tenant: cron, zone, next occurrence, last\n"
+    "fired, last error), each crier serve worker of the last hour: alive\n"
     "(with what it has in flight), stopped, or dead (3 missed heartbeats), its rules\n"
     "version (and its last rejected reload, with the problems as file:line: message), and the\n"
     "latest dead letters (crier dead list shows all).\n"
@@ -196,7 +217,7 @@ static int status_timers(PGconn *conn)
     PGresult *res = PQexec(
         conn, "SELECT k.kind, count(t.id), " STATUS_TIME("min(t.due_at)") ","
               " floor(extract(epoch FROM min(t.due_at) - now()))::bigint"
-              " FROM (VALUES ('delay'), ('digest')) AS k(kind)"
+              " FROM (VALUES ('delay'), ('digest'), ('send')) AS k(kind)"
               " LEFT JOIN crier.timers t ON t.kind = k.kind AND t.state = 'pending'"
               " GROUP BY k.kind ORDER BY k.kind");
     if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -270,6 +291,44 @@ out:
     return rc;
 }
 
+/* Prints the recurring schedules (sql/019_schedules.sql): one line per
+ * schedule and tenant with its next occurrence and when it last fired, and
+ * its last error. Returns 0, or -1 after printing what failed. */
+static int status_schedules(PGconn *conn)
+{
+    PGresult *res = PQexec(
+        conn, "SELECT name, tenant, cron, time_zone, catch_up, " STATUS_TIME("next_occurrence") ","
+              " floor(extract(epoch FROM next_occurrence - now()))::bigint, " STATUS_TIME("last_occurrence") ","
+              " " STATUS_TIME("last_fired_at") ", left(last_error, 300), (SELECT count(*) FROM crier.schedules)"
+              " FROM crier.schedules ORDER BY name, tenant LIMIT 50");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        crier_cli_error("status", "schedules: %s", PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    printf("schedules: %s\n", PQntuples(res) ? PQgetvalue(res, 0, 10) : "0");
+    for (int i = 0; i < PQntuples(res); i++) {
+        printf("schedule %s (tenant %s): \"%s\" in %s, catch_up %s; next ", PQgetvalue(res, i, 0),
+               PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), PQgetvalue(res, i, 3), PQgetvalue(res, i, 4));
+        if (PQgetisnull(res, i, 5)) {
+            printf("none");
+        } else {
+            printf("%s (", PQgetvalue(res, i, 5));
+            status_print_due(PQgetvalue(res, i, 6));
+            putchar(')');
+        }
+        if (PQgetisnull(res, i, 8))
+            printf("; never fired");
+        else
+            printf("; last fired %s for the occurrence %s", PQgetvalue(res, i, 8), PQgetvalue(res, i, 7));
+        putchar('\n');
+        if (!PQgetisnull(res, i, 9))
+            printf("  last error: %s\n", PQgetvalue(res, i, 9));
+    }
+    PQclear(res);
+    return 0;
+}
+
 /* Prints the outbox's state from the database of conn. Returns the exit
  * status: 0, or 1 after printing what failed. */
 static int status_print(PGconn *conn)
@@ -295,7 +354,7 @@ static int status_print(PGconn *conn)
         printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
     PQclear(res);
     res = NULL;
-    if (status_timers(conn) < 0)
+    if (status_timers(conn) < 0 || status_schedules(conn) < 0)
         goto out;
     res = PQexec(conn, "SELECT * FROM (SELECT 'event ' || id || ': ' || left(last_error, 200), processed_at"
                        "  FROM crier.events WHERE state = 'dead' ORDER BY processed_at DESC LIMIT 5) e"

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char check_help[] =
@@ -21,6 +22,8 @@ static const char check_help[] =
     "\n"
     "Loads and validates every rule file in DIR (default: --rules) exactly as a reload\n"
     "would, and prints each problem as file:line: message. Exit status 1 on any.\n"
+    "Then lists the recurring schedules the rules declare (crier.schedule) with their\n"
+    "next occurrence.\n"
     "\noptions:\n" CLI_COMMON_HELP;
 
 int crier_cmd_check(int argc, char **argv)
@@ -46,6 +49,18 @@ int crier_cmd_check(int argc, char **argv)
         goto out;
     }
     printf("%s: ok (rules version %.12s)\n", cli.rules_dir, crier_rules_version(rules));
+    {
+        char err[1024];
+        char *schedules = crier_rules_describe_schedules(rules, (double)time(NULL), err, sizeof err);
+        if (!schedules) {
+            crier_cli_error("check", "listing the schedules failed: %s", err);
+            crier_rules_free(rules);
+            rc = 1;
+            goto out;
+        }
+        fputs(schedules, stdout);
+        free(schedules);
+    }
     crier_rules_free(rules);
     rc = 0;
 out:

@@ -343,12 +343,15 @@ static void engine_on_committed(void *ud, uint64_t deliveries, uint64_t slowed)
         crier_fanout_thread_kick(e->slow);
 }
 
-/* After a committed pass of the timer worker that made deliveries due. */
-static void engine_on_timers_committed(void *ud, uint64_t deliveries_due)
+/* After a committed pass of the timer worker that made deliveries due or
+ * scheduled events pending. */
+static void engine_on_timers_committed(void *ud, uint64_t deliveries_due, uint64_t events_due)
 {
     engine *e = ud;
-    (void)deliveries_due;
-    crier_delivery_thread_kick(e->delivery);
+    if (deliveries_due)
+        crier_delivery_thread_kick(e->delivery);
+    if (events_due)
+        engine_kick_fanouts(e);
 }
 
 /* Called on the delivery thread or the slow lane's: wakes this loop so that

@@ -2,12 +2,14 @@
  *
  * One pass is one transaction on the worker's connection:
  *   BEGIN
+ *   schedules SELECT … FROM crier.fire_schedules(the rules' schedules): due
+ *           occurrences emitted — only when the rules declare schedules
  *   fire    SELECT … FROM crier.fire_timers(n): delays fired in place, due digests locked
  *   (digest messages rendered by the rules; their keys computed here, keys.h)
  *   flush   SELECT crier.flush_digests(…) — only when digests came back
  *   COMMIT
- * Between passes: NEXT reads how long until the nearest pending timer and sets
- * the wake-up. */
+ * Between passes: NEXT reads how long until the nearest pending timer or
+ * schedule occurrence (crier.schedules_next) and sets the wake-up. */
 #include "timers.h"
 
 #include "alloc.h"
@@ -35,6 +37,7 @@ typedef enum {
     TIMERS_IDLE = 0,
     TIMERS_NEXT,
     TIMERS_BEGIN,
+    TIMERS_SCHEDULES,
     TIMERS_FIRE,
     TIMERS_FLUSH,
     TIMERS_COMMIT,
@@ -79,7 +82,14 @@ enum {
 };
 
 static const char SQL_NEXT[] =
-    "SELECT extract(epoch FROM min(due_at) - clock_timestamp()) FROM crier.timers WHERE state = 'pending'";
+    "SELECT extract(epoch FROM least((SELECT min(due_at) FROM crier.timers WHERE state = 'pending'),"
+    " crier.schedules_next($1::jsonb)) - clock_timestamp())";
+
+/* Columns of SQL_SCHEDULES's rows. */
+enum { SCHED_NAME, SCHED_TENANT, SCHED_EMITTED, SCHED_SKIPPED, SCHED_NEXT, SCHED_OUTCOME };
+
+static const char SQL_SCHEDULES[] =
+    "SELECT name, tenant, emitted, skipped, next_occurrence, outcome FROM crier.fire_schedules($1::jsonb)";
 
 static const char SQL_FIRE[] =
     "SELECT timer_id, kind, digest_id, tenant, event_type, digest_key, recipient_id, channel, discriminator,"
@@ -116,6 +126,10 @@ struct crier_timers {
     uint64_t pass_sent; /* digests rendered in this pass (sent once it commits) */
     uint64_t pass_delays; /* timers fired in place (delays) in this pass */
     uint64_t pass_due; /* deliveries made due by this pass */
+    uint64_t pass_events; /* scheduled events made pending, or emitted by schedules, by this pass */
+    uint64_t pass_sched_events; /* of which emitted by schedules */
+    int pass_schedules;   /* schedules this pass did something for */
+    bool last_pass_empty; /* the last pass found nothing it could take */
     crier_timers_stats stats;
 };
 
@@ -256,6 +270,12 @@ static void timers_on_fire(crier_timers *t, PGresult *res)
             }
             timers_add_digest(t, res, i);
             digests++;
+        } else if (!strcmp(kind, "send")) {
+            t->pass_delays++;
+            if (!strcmp(PQgetvalue(res, i, FIRE_OUTCOME), "pending"))
+                t->pass_events++;
+            crier_debug("timers", "timer %s (send): %s", PQgetvalue(res, i, FIRE_TIMER_ID),
+                        PQgetvalue(res, i, FIRE_OUTCOME));
         } else {
             t->pass_delays++;
             if (!strcmp(PQgetvalue(res, i, FIRE_OUTCOME), "pending"))
@@ -278,6 +298,40 @@ static void timers_on_fire(crier_timers *t, PGresult *res)
     timers_send(t, TIMERS_FLUSH, SQL_FLUSH, &t->params);
 }
 
+/* Logs what the schedules did and counts the events they emitted. */
+static void timers_on_schedules(crier_timers *t, PGresult *res)
+{
+    int n = PQntuples(res);
+    t->pass_schedules = n;
+    for (int i = 0; i < n; i++) {
+        const char *outcome = PQgetvalue(res, i, SCHED_OUTCOME);
+        uint64_t emitted = strtoull(PQgetvalue(res, i, SCHED_EMITTED), NULL, 10);
+        const char *next = PQgetisnull(res, i, SCHED_NEXT) ? "none" : PQgetvalue(res, i, SCHED_NEXT);
+        t->pass_events += emitted;
+        t->pass_sched_events += emitted;
+        if (!strncmp(outcome, "failed", 6))
+            crier_warn("timers", "schedule %s (tenant %s): %s; tried again in 30 s", PQgetvalue(res, i, SCHED_NAME),
+                       PQgetvalue(res, i, SCHED_TENANT), outcome);
+        else if (!strcmp(outcome, "fired"))
+            crier_info("timers", "schedule %s (tenant %s): %llu event(s) emitted, %s missed occurrence(s) skipped; "
+                                 "next %s",
+                       PQgetvalue(res, i, SCHED_NAME), PQgetvalue(res, i, SCHED_TENANT),
+                       (unsigned long long)emitted, PQgetvalue(res, i, SCHED_SKIPPED), next);
+        else
+            crier_info("timers", "schedule %s (tenant %s): %s; next %s", PQgetvalue(res, i, SCHED_NAME),
+                       PQgetvalue(res, i, SCHED_TENANT), outcome, next);
+    }
+}
+
+/* Sends the pass's claim of due timers. */
+static void timers_send_fire(crier_timers *t)
+{
+    snprintf(t->limit_text, sizeof t->limit_text, "%d", t->batch_size);
+    crier_pg_params_reset(&t->params);
+    crier_pg_params_text(&t->params, t->limit_text);
+    timers_send(t, TIMERS_FIRE, SQL_FIRE, &t->params);
+}
+
 static void timers_on_next(crier_timers *t, PGresult *res)
 {
     if (PQntuples(res) == 0 || PQgetisnull(res, 0, 0)) {
@@ -288,6 +342,12 @@ static void timers_on_next(crier_timers *t, PGresult *res)
     double in = strtod(PQgetvalue(res, 0, 0), NULL);
     t->nothing_due = in > 0;
     if (in <= 0) {
+        if (t->last_pass_empty) {
+            /* due, but the last pass could take nothing (another daemon
+             * holds it): look again a little later, not at once */
+            timers_arm(t, TIMERS_BUSY_RETRY);
+            return;
+        }
         t->due = true;
         return;
     }
@@ -321,10 +381,20 @@ static void timers_result(void *ud, PGresult *res, const char *err)
         timers_step(t);
         break;
     case TIMERS_BEGIN:
-        snprintf(t->limit_text, sizeof t->limit_text, "%d", t->batch_size);
-        crier_pg_params_reset(&t->params);
-        crier_pg_params_text(&t->params, t->limit_text);
-        timers_send(t, TIMERS_FIRE, SQL_FIRE, &t->params);
+        t->pass_schedules = 0;
+        t->pass_events = 0; /* (a pass rolled back counts nothing) */
+        t->pass_sched_events = 0;
+        if (strcmp(crier_rules_schedules_json(t->rules), "[]")) {
+            crier_pg_params_reset(&t->params);
+            crier_pg_params_text(&t->params, crier_rules_schedules_json(t->rules));
+            timers_send(t, TIMERS_SCHEDULES, SQL_SCHEDULES, &t->params);
+        } else {
+            timers_send_fire(t);
+        }
+        break;
+    case TIMERS_SCHEDULES:
+        timers_on_schedules(t, res);
+        timers_send_fire(t);
         break;
     case TIMERS_FIRE:
         timers_on_fire(t, res);
@@ -335,13 +405,17 @@ static void timers_result(void *ud, PGresult *res, const char *err)
         break;
     case TIMERS_COMMIT:
         t->state = TIMERS_IDLE;
-        if (t->pass_rows > 0)
+        if (t->pass_rows > 0 || t->pass_schedules > 0)
             t->stats.passes++;
+        t->last_pass_empty = t->pass_rows == 0 && t->pass_schedules == 0;
         t->stats.digests_sent += t->pass_sent;
         t->stats.fired += t->pass_sent + t->pass_delays;
-        if (t->pass_due && t->committed)
-            t->committed(t->committed_ud, t->pass_due);
+        t->stats.events_released += t->pass_events - t->pass_sched_events;
+        t->stats.schedule_events += t->pass_sched_events;
+        if ((t->pass_due || t->pass_events) && t->committed)
+            t->committed(t->committed_ud, t->pass_due, t->pass_events);
         t->pass_due = 0;
+        t->pass_events = 0;
         if (t->pass_rows >= t->batch_size || t->pass_more) {
             t->due = true; /* more may be due at once */
         } else if (t->pass_busy) {
@@ -370,6 +444,8 @@ static void timers_step(crier_timers *t)
         crier_rules_free(t->rules);
         t->rules = t->next_rules;
         t->next_rules = NULL;
+        t->kicked = true; /* its schedules may differ */
+        t->last_pass_empty = false;
     }
     if (t->due) {
         t->due = false;
@@ -378,7 +454,9 @@ static void timers_step(crier_timers *t)
         timers_send(t, TIMERS_BEGIN, "BEGIN", NULL);
     } else if (t->kicked) {
         t->kicked = false;
-        timers_send(t, TIMERS_NEXT, SQL_NEXT, NULL);
+        crier_pg_params_reset(&t->params);
+        crier_pg_params_text(&t->params, crier_rules_schedules_json(t->rules));
+        timers_send(t, TIMERS_NEXT, SQL_NEXT, &t->params);
     }
 }
 

@@ -6,7 +6,12 @@
  * comes back locked, its message is rendered by the rules
  * (crier_rules_render_digest) and its notification key computed here (keys.h:
  * from the digest's identity and window, so a second flush of one window adds
- * nothing); crier.flush_digests queues them; COMMIT. A crash anywhere rolls
+ * nothing); crier.flush_digests queues them; COMMIT. Send timers (scheduled
+ * sends) make their events pending in crier.fire_timers. When the rules
+ * declare recurring schedules (crier.schedule), each pass first runs
+ * crier.fire_schedules with them (crier_rules_schedules_json): the due
+ * occurrences are emitted in the same transaction, and the worker also wakes
+ * for the next occurrence (crier.schedules_next). A crash anywhere rolls
  * back: the timers stay pending and fire later, once.
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
@@ -27,13 +32,16 @@ typedef struct crier_timers crier_timers;
 
 typedef struct {
     uint64_t passes;            /* transactions that fired something */
-    uint64_t fired;             /* timers fired (delays decided, digests sent) */
+    uint64_t fired;             /* timers fired (delays decided, digests sent, sends released) */
+    uint64_t events_released;   /* scheduled events made pending (send timers) */
+    uint64_t schedule_events;   /* events emitted by recurring schedules */
     uint64_t digests_sent;
     uint64_t render_failures;   /* digests whose rules failed (retried after a back-off) */
 } crier_timers_stats;
 
-/* Called after a committed pass that made deliveries due. */
-typedef void (*crier_timers_committed_fn)(void *ud, uint64_t deliveries_due);
+/* Called after a committed pass that made deliveries due or scheduled events
+ * pending (events_due: the fan-out has work). */
+typedef void (*crier_timers_committed_fn)(void *ud, uint64_t deliveries_due, uint64_t events_due);
 
 /* Timers claimed per transaction when the caller gives no batch size. */
 #define CRIER_TIMERS_DEFAULT_BATCH 500

@@ -41,6 +41,7 @@ struct crier_rules {
     void *query_ud;
     bool defer_queries; /* crier_rules_defer_queries */
     bool query_deferred; /* a query was deferred during the current plan */
+    char *schedules_json; /* gen:schedules_json(), asked once */
 };
 
 /* Heap allowed while loading, before the rules state their own limit. */
@@ -412,6 +413,7 @@ void crier_rules_free(crier_rules *rules)
         return;
     if (rules->L)
         lua_close(rules->L);
+    free(rules->schedules_json);
     free(rules);
 }
 
@@ -1012,4 +1014,55 @@ crier_plan_status crier_rules_validate(crier_rules *rules, const char *event_typ
     }
     lua_settop(L, base);
     return result;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Schedules */
+
+/* Calls gen:METHOD(arg) (arg < 0: no argument) and returns its string result
+ * as a malloc'd copy, or NULL with err set. */
+static char *rules_call_string(crier_rules *rules, const char *method, double arg, char *err, size_t err_len)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    char *out = NULL;
+    push_method(rules, method);
+    if (arg >= 0)
+        lua_pushnumber(L, arg);
+    int status = rules_pcall(L, arg >= 0 ? 2 : 1, 1);
+    if (status != 0) {
+        crier_set_error(err, err_len, "%s", lua_error_text(L, status));
+    } else if (!lua_isstring(L, -1)) {
+        crier_set_error(err, err_len, "gen:%s returned no text", method);
+    } else {
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        out = malloc(len + 1);
+        if (out) {
+            memcpy(out, s, len);
+            out[len] = 0;
+        } else {
+            crier_set_error(err, err_len, "out of memory");
+        }
+    }
+    lua_settop(L, base);
+    return out;
+}
+
+const char *crier_rules_schedules_json(crier_rules *rules)
+{
+    char err[1024];
+    if (!rules->schedules_json) {
+        rules->schedules_json = rules_call_string(rules, "schedules_json", -1, err, sizeof err);
+        if (!rules->schedules_json) {
+            crier_error("rules", "the rules' schedules: %s", err);
+            return "[]";
+        }
+    }
+    return rules->schedules_json;
+}
+
+char *crier_rules_describe_schedules(crier_rules *rules, double now, char *err, size_t err_len)
+{
+    return rules_call_string(rules, "describe_schedules", now, err, err_len);
 }

@@ -163,6 +163,18 @@ void crier_plan_reset(crier_plan *plan);
 /* Frees plan's memory (the struct itself is the caller's). */
 void crier_plan_free(crier_plan *plan);
 
+/* The recurring schedules the rules declare (crier.schedule), as the JSON
+ * array crier.fire_schedules takes: "[]" when there are none (or, logged,
+ * when the rules fail to list them). Owned by rules, valid until it is
+ * freed. */
+const char *crier_rules_schedules_json(crier_rules *rules);
+
+/* The schedules as text for crier check: one line each with its cron, zone,
+ * tenants, event type, catch-up and next occurrence after now (Unix
+ * seconds), "" when there are none. Returns a malloc'd string (the caller
+ * frees it), or NULL with err set. */
+char *crier_rules_describe_schedules(crier_rules *rules, double now, char *err, size_t err_len);
+
 /* Closes the generation's lua_State. NULL is a no-op. */
 void crier_rules_free(crier_rules *rules);
 

@@ -34,6 +34,9 @@ write_version 0 good
 "$CRIER_BIN" serve --rules "$RULES" --set "url=$RECEIVER_URL" --poll 0.5 >"$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 PIDS+=("$SERVE_PID")
+# (a change while the daemon loads its copies of the rules stops its start)
+for _ in $(seq 300); do grep -q "engine: running" "$WORK/serve.log" && break; sleep 0.1; done
+grep -q "engine: running" "$WORK/serve.log" || fail "crier serve did not start: $(cat "$WORK/serve.log")"
 
 # Events arrive in 20 chunks of 500 while 50 versions are deployed.
 broken=0

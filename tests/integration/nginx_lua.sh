@@ -22,7 +22,7 @@ get /rules
 full=$(echo "$BODY" | sed -n 's/.*"version":"\([0-9a-f]*\)".*/\1/p')
 assert_eq "$version" "${full:0:12}" "rules version in nginx vs crier check"
 assert_eq 64 "${#full}" "rules version length"
-echo "$BODY" | grep -q '"event_types":\["build.failed","comment.created","invoice.created","invoice.overdue","invoice.paid","mention.created","org.announcement","security.alert"\],"files":\["announcements.lua","billing.lua","collaboration.lua"\],"lua":"LuaJIT 2\.1' ||
+echo "$BODY" | grep -q '"event_types":\["build.failed","comment.created","invoice.created","invoice.overdue","invoice.paid","mention.created","org.announcement","security.alert","team.daily"\],"files":\["announcements.lua","billing.lua","collaboration.lua"\],"lua":"LuaJIT 2\.1' ||
     fail "/rules: $BODY"
 get "/rules?fresh=1" # a generation loaded inside a request (what a hot reload would do)
 if [ "$STATUS" != 200 ] || ! echo "$BODY" | grep -q "\"version\":\"$full\""; then

@@ -4,7 +4,8 @@
 # together, and a handler error after both leaves neither; 8 concurrent
 # clients repeating one dedupe key create one event and all get its id;
 # malformed input is refused with crier.emit's SQLSTATE and changes nothing;
-# the events reach a webhook receiver through crier serve like any other.
+# a not_before time stores a scheduled event, processed at that time, and a
+# malformed one is refused (22023); the events reach a webhook receiver through crier serve like any other.
 . "$(dirname "$0")/../support/lib.sh"
 . "$CRIER_SOURCE_DIR/tests/support/nginx/nginx.sh"
 
@@ -74,6 +75,19 @@ assert_eq "$hostile|{\"text\": \"<b>{{x}}</b>\"}" \
     "$(sql "SELECT tenant, payload FROM crier.events WHERE id = $(json_field "$BODY" id)")" "stored literally"
 assert_eq 3 "$(sql "SELECT count(*) FROM crier.events")" "three events in all"
 
+# --- A scheduled send: not_before (RFC 3339 with its offset) ----------------
+due=$(sql "SELECT to_char((now() + interval '4 s') AT TIME ZONE 'Asia/Kolkata', 'YYYY-MM-DD\"T\"HH24:MI:SS\"+05:30\"')")
+get "/emit?tenant=acme&type=note&entity=later&not_before=${due/+/%2B}" -X POST --data-binary '{}'
+assert_eq 200 "$STATUS" "a scheduled emit: $BODY"
+later_id=$(json_field "$BODY" id)
+assert_eq "scheduled|t" "$(sql "SELECT state, not_before = '$due' FROM crier.events WHERE id = $later_id")" \
+    "stored scheduled at its time"
+get "/emit?tenant=acme&type=note&entity=never&not_before=tomorrow" -X POST --data-binary '{}'
+assert_eq 400 "$STATUS" "a bad not_before: $BODY"
+assert_eq 22023 "$(json_field "$BODY" sqlstate)" "a bad not_before's SQLSTATE"
+echo "$BODY" | grep -q "not_before must be an RFC 3339 time" || fail "the bad not_before's message: $BODY"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE entity_id = 'never'")" "nothing stored"
+
 # --- The events reach webhooks through crier serve --------------------------
 start_receiver hooks
 "$CRIER_BIN" serve --rules "$RULES_DIR" --poll 0.2 --set "orders_url=$RECEIVER_URL" >"$WORK/serve.log" 2>&1 &
@@ -84,6 +98,8 @@ grep -q '"order_id": *"ord_1"' "$RECEIVER_LOG" || grep -q 'ord_1' "$RECEIVER_LOG
     fail "the receiver did not get ord_1: $(cat "$RECEIVER_LOG")"
 assert_eq 1 "$(requests_at "$RECEIVER_LOG")" "one webhook request"
 receiver_ids | grep -q '^msg_' || fail "the webhook carries its notification's id: $(receiver_ids)"
+wait_for "SELECT state = 'done' FROM crier.events WHERE id = $later_id" 20 "the scheduled note was not processed"
+assert_eq t "$(sql "SELECT processed_at >= not_before FROM crier.events WHERE id = $later_id")" "not before its time"
 stop_serve
 
 stop_nginx

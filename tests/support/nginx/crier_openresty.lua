@@ -135,7 +135,8 @@ end
 
 function M.emit()
     local payload = body()
-    local id, err, sqlstate = adapter.emit(arg("tenant"), arg("type"), arg("entity"), payload, arg("dedupe"))
+    local id, err, sqlstate = adapter.emit(arg("tenant"), arg("type"), arg("entity"), payload, arg("dedupe"),
+        arg("not_before"))
     if not id then
         -- the caller's data was refused (22xxx, 23xxx, 54xxx): 400; anything
         -- else (no connection, no database, a timeout) is the server's: 503
