@@ -9,6 +9,7 @@ local crier = require "crier"
 local json = require "crier.json"
 local sandbox = require "crier.sandbox"
 local timing = require "crier.timing"
+local tz = require "crier.tz"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable =
     type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable
@@ -315,6 +316,8 @@ runtime.PLAN_FIELDS = {
 -- carry this metatable; they need no traceback.
 local rule_failure_mt = {}
 
+local check_recipient_time
+
 local function rule_fail(rule, msg)
     error(setmetatable({ message = format("rule '%s' (%s): %s", rule.event_type, rule.where, msg) },
         rule_failure_mt), 0)
@@ -338,6 +341,29 @@ local function describe(v)
         return format("%q", v)
     end
     return type(v)
+end
+
+-- A recipient's time_zone (an IANA name of the system's tz database, crier.tz)
+-- and quiet_hours (as a rule writes them) are checked: a bad one fails the
+-- event, naming the recipient (retried, then quarantined like any rule error).
+function check_recipient_time(rule, r)
+    local zone = r.time_zone
+    if zone ~= nil and zone ~= null then
+        local ok, err = tz.check(zone)
+        if not ok then
+            rule_fail(rule, format("recipient %q has time_zone %s: %s", r.id, describe(zone), err))
+        end
+    end
+    local quiet = r.quiet_hours
+    if quiet ~= nil and quiet ~= null then
+        local problems = {}
+        r.quiet_hours = timing.check_quiet_hours(quiet, "quiet_hours", function(msg)
+            problems[#problems + 1] = msg
+        end)
+        if #problems > 0 then
+            rule_fail(rule, format("recipient %q has bad %s", r.id, concat(problems, "; ")))
+        end
+    end
 end
 
 -- The recipient table handed to rule functions: { id = "<string>", ... }.
@@ -368,6 +394,7 @@ local function normalize_recipient(rule, entry, i)
             r[k] = v
         end
         r.id = id
+        check_recipient_time(rule, r)
         return r
     end
     rule_fail(rule, format("recipient #%d must be an id (string or number) or a table with an id, got %s",
@@ -440,8 +467,11 @@ local function deliveries_for(rule, event, recipient)
             -- stored preferences apply unless the type is required or the rule
             -- says preferences = "ignore"
             d.honor_preferences = not ((et and et.required) or rule.preferences == "ignore")
-            -- when and how many: delay, throttle, digest (crier.timing)
-            d.timing = timing.spec_for(config.timing, name, event, recipient, fail)
+            -- when and how many: delay, quiet hours, throttle, digest (crier.timing); required and
+            -- urgent types are sent in quiet hours too, and feed items are silent
+            d.timing = timing.spec_for(config.timing, name, event, recipient, fail,
+                timing.quiet_for(recipient, config.timing, rule.quiet_hours,
+                    name == "feed" or (et and (et.required or et.urgent))))
             deliveries[#deliveries + 1] = d
         end
     end
