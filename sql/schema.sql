@@ -350,6 +350,14 @@ CREATE FUNCTION crier.probe_delay(p_base double precision, p_probes integer) RET
     AS $$ … $$; -- the body: sql/functions/probe_delay.sql
 
 --
+-- Name: quiet_hours_end(timestamp with time zone, text, jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.quiet_hours_end(p_at timestamp with time zone, p_zone text, p_quiet jsonb) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/quiet_hours_end.sql
+
+--
 -- Name: release_delivery(bigint); Type: FUNCTION; Schema: crier; Owner: -
 --
 
