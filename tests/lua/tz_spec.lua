@@ -186,6 +186,30 @@ crier.rule "alarm" {
         assert.matches('recipient "eve" has bad quiet_hours.from must be a local time "HH:MM"', err, 1, true)
     end)
 
+    it("applies a batch's stored settings over the rules' fields, until the batch ends", function()
+        local gen = assert(load(rules))
+        local ev = { id = 7, tenant = "acme", type = "thing", entity_id = "e1",
+            payload_json = json.encode({ r = { { id = "ann", time_zone = "Asia/Tokyo", at = "2026-07-01T12:00:00Z" },
+                "bob" } }) }
+        assert.are.same({ "ann", "bob" }, gen:batch_recipients(ev))
+        gen:set_batch_settings({
+            { tenant = "acme", recipient_id = "ann", time_zone = "Europe/Berlin", locale = "de-AT" },
+            { tenant = "acme", recipient_id = "bob", quiet_hours = "[]" },
+            { tenant = "other", recipient_id = "ann", time_zone = "America/Los_Angeles" },
+        })
+        local p = assert(gen:plan(ev))
+        local quiet = json.decode(p[1].deliveries[1].timing).quiet
+        assert.are.equal("Europe/Berlin", quiet.zone)
+        assert.are.equal('{"at": "14:00 CEST"}', p[1].deliveries[1].body)
+        assert.is_nil(p[2].deliveries[1].timing) -- bob's stored [] takes the rule's quiet hours away
+        gen:end_batch()
+        p = assert(gen:plan(ev))
+        assert.are.equal("Asia/Tokyo", json.decode(p[1].deliveries[1].timing).quiet.zone)
+        -- an event that fails gives no recipients here (its plan reports it)
+        assert.are.same({}, gen:batch_recipients({ id = 8, tenant = "acme", type = "thing", entity_id = "e",
+            payload_json = "{}" }))
+    end)
+
     it("reports bad quiet hours at load with file:line", function()
         local gen, err = load([[
 local crier = require "crier"
