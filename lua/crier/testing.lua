@@ -1300,9 +1300,16 @@ local function digest_join(self, dl, spec)
     return g
 end
 
--- crier.release_delivery: throttle, then digest, else due now.
+-- crier.release_delivery: throttle, then digest, else due now. Quiet hours
+-- are not simulated (the engine decides them with PostgreSQL's tz database,
+-- crier.quiet_hours_end): the timeline's log says so once per delivery.
 local function release(self, dl)
     local t = dl.timing
+    if t.quiet and not dl.quiet_noted then
+        dl.quiet_noted = true
+        note(self, "%s: has quiet hours (%s); the timeline does not hold it in them (the engine does, in %s)",
+            who(dl), assert(json.encode(t.quiet.hours)), t.quiet.zone or "UTC")
+    end
     local throttle, digest = t.throttle, t.digest
     if throttle then
         local identity = concat({ dl.tenant, dl.recipient, dl.channel, throttle.key }, "\0")
