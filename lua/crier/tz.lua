@@ -1,11 +1,11 @@
 -- crier.tz: IANA time zones from the system's tz database (TZif files under
--- /usr/share/zoneinfo, RFC 8536): the UTC offset and abbreviation in force in
--- a zone at an instant, for the template date filter and for validating the
--- zones recipients carry. Reads the version 2+ (64-bit) section of a zone's
--- file and, for instants after its last transition (all instants, with
--- Debian's "slim" files for many zones), the POSIX TZ rule in its footer.
--- Parsed zones are cached per process. Pure Lua (io.open only), so it loads
--- in plain LuaJIT, crier serve and nginx.
+-- /usr/share/zoneinfo, or $TZDIR; RFC 8536): the UTC offset and abbreviation
+-- in force in a zone at an instant, for the template date filter and for
+-- validating the zones recipients carry. Reads the version 2+ (64-bit)
+-- section of a zone's file and, for instants after its last transition (all
+-- instants, with Debian's "slim" files for many zones), the POSIX TZ rule in
+-- its footer. Parsed zones are cached per process. Pure Lua (io.open only),
+-- so it loads in plain LuaJIT, crier serve and nginx.
 
 local byte, find, format, match, sub = string.byte, string.find, string.format, string.match, string.sub
 local floor = math.floor
@@ -13,12 +13,14 @@ local type, tonumber, error, ipairs, open = type, tonumber, error, ipairs, io.op
 
 local tz = {}
 
-local directory = "/usr/share/zoneinfo"
+local getenv = os.getenv
+local directory = (getenv and getenv("TZDIR")) or "/usr/share/zoneinfo" -- (TZDIR: as the C library reads it)
 local cache = {} -- zone name -> parsed zone, or false and the reason it is not one
 local cache_error = {}
 
 -- tz.set_directory(path): where zone files are read from (the default:
--- /usr/share/zoneinfo); clears the cache. For tests and unusual systems.
+-- $TZDIR, else /usr/share/zoneinfo); clears the cache. For tests and unusual
+-- systems.
 function tz.set_directory(path)
     if type(path) ~= "string" or path == "" then
         error("tz.set_directory: expected a directory path", 2)
@@ -298,7 +300,7 @@ function tz.parse_tzif(data)
             return nil, "TZif transition names a missing type"
         end
     end
-    -- the type before the first transition: the first standard-time type (RFC 8536 3.2), else type 0
+    -- instants before the first transition have time type 0 (RFC 8536 3.2)
     z.first = z.types[1]
     i = chars_at + h.charcnt + h.leapcnt * (tsize + 4) + h.isstdcnt + h.isutcnt
     if tsize == 8 then
