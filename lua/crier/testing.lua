@@ -33,6 +33,7 @@ local runtime = require "crier.runtime"
 local template = require "crier.template"
 local nginx = require "crier.nginx"
 local timing = require "crier.timing"
+local tz = require "crier.tz"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, setmetatable, getmetatable, pcall, assert =
     type, pairs, ipairs, next, tostring, tonumber, error, setmetatable, getmetatable, pcall, assert
@@ -1259,12 +1260,24 @@ local function digest_join(self, dl, spec)
     local prev = self.last_window_start[identity]
     local start, stop
     if spec.every then
+        -- aligned in the recipient's local time (crier.digest_join: spec.zone), else UTC
+        local zone = spec.zone
+        local function offset(t)
+            return zone and ((tz.at(zone, floor(t / US)) or 0) * US) or 0
+        end
+        local function to_utc(l)
+            local u = l - offset(l)
+            return l - offset(u)
+        end
         local every = spec.every * US
-        start = floor(now / every) * every
+        start = to_utc(floor((now + offset(now)) / every) * every)
         if prev and start <= prev then
             start = prev + 1
         end
-        stop = (floor(start / every) + 1) * every
+        stop = to_utc((floor((start + offset(start)) / every) + 1) * every)
+        if stop <= now then
+            stop = now + every
+        end
     else
         start = now
         if prev and start <= prev then

@@ -15,7 +15,8 @@
 --                 <the channel's content fields: subject, text, html / body> }
 --                                          collect the recipient's items under key
 --                                          (default: the event type) and send one
---                                          message per window
+--                                          message per window (every: aligned in
+--                                          the recipient's local time)
 --   quiet_hours = { from = "22:00", to = "07:00", days = { "mon", ... } }, or a
 --                 list of such periods, or {} (none)
 --                                          in the recipient's local time (their
@@ -279,7 +280,8 @@ function timing.check(config, kind, report)
             local d = { key = digest.key }
             if (digest.window == nil) == (digest.every == nil) then
                 report(what .. ".digest needs window = \"1h\" (the first item opens a window of that length) or "
-                    .. "every = \"1h\" (fixed windows: on the hour, every hour, in UTC), not both")
+                    .. "every = \"1h\" (fixed windows: on the hour, every hour, in the recipient's time zone), "
+                    .. "not both")
             else
                 local field = digest.window ~= nil and "window" or "every"
                 local seconds, err = timing.parse_duration(digest[field])
@@ -347,7 +349,7 @@ end
 --   { "delay": s, "unless": "read", "cancel_on": [...],
 --     "quiet": { "hours": [ { "from": "22:00", "to": "07:00", "days": [...] } ], "zone": "Europe/Berlin" },
 --     "throttle": { "limit": n, "per": s, "key": "..." },
---     "digest": { "key": "...", "window": s | "every": s, "max_items": n,
+--     "digest": { "key": "...", "window": s | "every": s, "max_items": n, "zone": "<IANA name>" (with every),
 --                 "recipient": { the recipient table } } }
 -- (quiet: timing.quiet_for's answer).
 function timing.spec_for(spec, kind, event, recipient, fail, quiet)
@@ -381,6 +383,9 @@ function timing.spec_for(spec, kind, event, recipient, fail, quiet)
             every = spec.digest.every,
             max_items = spec.digest.max_items,
             recipient = recipient,
+            -- fixed windows are aligned in the recipient's local time
+            zone = spec.digest.every and type(recipient.time_zone) == "string" and recipient.time_zone ~= "UTC"
+                and recipient.time_zone or nil,
         }
     end
     local text, err = json.encode(out)
@@ -482,8 +487,8 @@ function timing.describe(timing_json)
         local words = { format("joins digest %s%s", tostring(digest.key),
             recipient ~= nil and recipient ~= json.null and (" for " .. tostring(recipient)) or "") }
         if digest.every then
-            words[#words + 1] = format("fixed windows of %s (aligned to the Unix epoch, UTC)",
-                duration_words(digest.every))
+            words[#words + 1] = format("fixed windows of %s (aligned to the Unix epoch, in %s)",
+                duration_words(digest.every), type(digest.zone) == "string" and (digest.zone .. " local time") or "UTC")
         elseif digest.window then
             words[#words + 1] = format("a window of %s from its first item", duration_words(digest.window))
         end

@@ -72,7 +72,7 @@ BEGIN
         v_digest_id := crier.digest_join(d.tenant, d.recipient_id, d.channel, v_digest->>'key', d.event_type,
                                          (v_digest->>'window')::double precision,
                                          (v_digest->>'every')::double precision,
-                                         (v_digest->>'max_items')::integer);
+                                         (v_digest->>'max_items')::integer, v_digest->>'zone');
         UPDATE crier.deliveries SET state = 'digested', digest_id = v_digest_id WHERE id = p_id;
         RETURN 'digested';
     END IF;

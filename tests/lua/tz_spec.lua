@@ -210,6 +210,35 @@ crier.rule "alarm" {
             payload_json = "{}" }))
     end)
 
+    it("aligns fixed digest windows in the recipient's local time", function()
+        local testing = require "crier.testing"
+        local src = [[
+local crier = require "crier"
+crier.event_type "ping" {}
+crier.rule "ping" {
+    recipients = { { id = "ann", time_zone = "Europe/Berlin" }, "bob" },
+    channels = { "webhook" },
+    webhook = { url = "http://hooks.test/x", digest = { every = "1d" } },
+}
+]]
+        local loaded = testing.load_source(src)
+        local p = assert(loaded:plan { type = "ping", tenant = "acme", entity_id = "p1" })
+        local ann = testing.assert_delivered(p, "ann", "webhook")
+        assert.are.equal("Europe/Berlin", json.decode(ann.plan.timing).digest.zone)
+        assert.is_nil(json.decode(testing.assert_delivered(p, "bob", "webhook").plan.timing).digest.zone)
+        -- the timeline's windows: Berlin's day is 23:00-23:00 UTC in winter, 22:00-22:00 in summer
+        local sim = loaded:timeline { start = "2026-03-28T12:00:00Z" }
+        sim:emit { type = "ping", entity_id = "p1" }
+        local g = sim:digests("ann", "webhook")[1]
+        assert.are.same({ "2026-03-27T23:00:00Z", "2026-03-28T23:00:00Z" }, { g.window_start, g.window_end })
+        g = sim:digests("bob", "webhook")[1]
+        assert.are.same({ "2026-03-28T00:00:00Z", "2026-03-29T00:00:00Z" }, { g.window_start, g.window_end })
+        sim = loaded:timeline { start = "2026-03-29T12:00:00Z" } -- the spring change: a day of 23 hours
+        sim:emit { type = "ping", entity_id = "p2" }
+        g = sim:digests("ann", "webhook")[1]
+        assert.are.same({ "2026-03-28T23:00:00Z", "2026-03-29T22:00:00Z" }, { g.window_start, g.window_end })
+    end)
+
     it("reports bad quiet hours at load with file:line", function()
         local gen, err = load([[
 local crier = require "crier"
