@@ -247,7 +247,8 @@ crier.rule "thing" {
     recipients = { "a" },
     channels = { "email" },
     quiet_hours = { from = "22:00", to = "7:00", days = { "monday" } },
-    email = { to = "a@x.test", subject = "s", text = "t", quiet_hours = { { from = "01:00", to = "01:00" } } },
+    email = { to = "a@x.test", subject = "{{ 0 | date('%H', 'Europe/Atlantis') }}", text = "t",
+              quiet_hours = { { from = "01:00", to = "01:00" } } },
     feed = { title = "t", quiet_hours = {} },
 }
 crier.event_type "other" { urgent = "yes" }
@@ -259,6 +260,8 @@ crier.event_type "other" { urgent = "yes" }
         assert.matches("/rules/q.lua:3: rule 'thing': email.quiet_hours: the period from 01:00 to 01:00 is empty",
             err, 1, true)
         assert.matches("/rules/q.lua:3: rule 'thing': feed.quiet_hours: feed items are shown at once", err, 1, true)
-        assert.matches("/rules/q.lua:10: event type 'other': urgent must be true or false", err, 1, true)
+        assert.matches("/rules/q.lua:11: event type 'other': urgent must be true or false", err, 1, true)
+        assert.matches("/rules/q.lua:3: rule 'thing': email.subject:1: date: unknown time zone \"Europe/Atlantis\"",
+            err, 1, true)
     end)
 end)
