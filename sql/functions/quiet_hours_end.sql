@@ -5,7 +5,7 @@
 -- is not after its "from" ends the next day; "days" are the weekdays a period starts on,
 -- all when absent). Returns NULL when p_at is outside every period (or p_quiet is NULL or
 -- empty), else the instant the quiet time ends — following periods that begin before
--- (or as) the previous one ends. Local times become instants through PostgreSQL's tz
+-- (or as) the previous one ends, for up to a week. Local times become instants through PostgreSQL's tz
 -- database (timestamp AT TIME ZONE), so the answer is right across DST changes: a
 -- period's start and end are the instants its local times name on that date (a local
 -- time skipped by a spring-forward counts as the instant after the gap). The one place
@@ -29,8 +29,9 @@ BEGIN
     EXCEPTION WHEN invalid_parameter_value THEN
         v_zone := 'UTC';
     END;
-    -- at most one round per period (and a spare): each round moves to the end of a period
-    FOR v_round IN 1 .. jsonb_array_length(p_quiet) + 1 LOOP
+    -- each round moves to the end of a period: a chain can take every period on each day of
+    -- a week (and a spare); quiet hours that never end stop there, to be held again then
+    FOR v_round IN 1 .. 8 * jsonb_array_length(p_quiet) + 1 LOOP
         SELECT max(e) INTO v_end
         FROM (
             SELECT ((d + (p->>'to')::time + CASE WHEN (p->>'to')::time <= (p->>'from')::time

@@ -51,6 +51,12 @@ check Europe/Berlin "2026-03-29 20:30:00+00" "$sat" "" "Sunday night is not Satu
 # periods that follow each other are one quiet time
 check America/Los_Angeles "2026-11-01 06:30:00+00" '[{"from": "00:00", "to": "07:00"}, {"from": "22:00", "to": "00:00"}]' \
     "$(instant America/Los_Angeles '2026-11-01 07:00')" "22:00-00:00 then 00:00-07:00"
+# a weekend chained from nightly and weekend-day periods, across Berlin's autumn change
+weekend='[{"from": "20:00", "to": "08:00"}, {"from": "08:00", "to": "20:00", "days": ["sat", "sun"]}]'
+check Europe/Berlin "2026-10-24 08:00:00+00" "$weekend" "$(instant Europe/Berlin '2026-10-26 08:00')" \
+    "Saturday 10:00 CEST: quiet until Monday 08:00 CET"
+check Europe/Berlin "2026-10-23 18:30:00+00" "$weekend" "$(instant Europe/Berlin '2026-10-26 08:00')" \
+    "Friday 20:30 CEST: the whole weekend"
 check Europe/Berlin "2026-03-29 00:30:00+00" '[]' "" "no quiet hours"
 check Mars/Olympus "2026-03-29 06:30:00+00" "$night" "2026-03-29 07:00:00+00" "an unknown zone counts as UTC"
 echo "ok"
