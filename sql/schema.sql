@@ -254,10 +254,10 @@ CREATE FUNCTION crier.delay_decisions(p_delivery_ids bigint[]) RETURNS TABLE(del
     AS $$ … $$; -- the body: sql/functions/delay_decisions.sql
 
 --
--- Name: digest_join(text, text, text, text, text, double precision, double precision, integer); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: digest_join(text, text, text, text, text, double precision, double precision, integer, text); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel text, p_key text, p_event_type text, p_window double precision, p_every double precision, p_max_items integer) RETURNS bigint
+CREATE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel text, p_key text, p_event_type text, p_window double precision, p_every double precision, p_max_items integer, p_zone text DEFAULT NULL::text) RETURNS bigint
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/digest_join.sql
 
@@ -468,6 +468,14 @@ CREATE FUNCTION crier.notify_events() RETURNS trigger
 CREATE FUNCTION crier.probe_delay(p_base double precision, p_probes integer) RETURNS double precision
     LANGUAGE sql
     AS $$ … $$; -- the body: sql/functions/probe_delay.sql
+
+--
+-- Name: quiet_hours_end(timestamp with time zone, text, jsonb); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.quiet_hours_end(p_at timestamp with time zone, p_zone text, p_quiet jsonb) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/quiet_hours_end.sql
 
 --
 -- Name: release_delivery(bigint); Type: FUNCTION; Schema: crier; Owner: -

@@ -10,9 +10,11 @@
 --                  docs/RULES.md, "Locales").
 -- mention.created  the person mentioned sees it in their feed at once; an
 --                  email follows 10 minutes later only if the item is still
---                  unread, and the team's on-call webhook hears about it after
---                  an hour if it is still unread then: an escalation chain,
---                  written as a rule.
+--                  unread (and not in their night: quiet hours 22:00-07:00 in
+--                  their time zone hold it until the morning, unless they
+--                  stored their own), and the team's on-call webhook hears
+--                  about it after an hour if it is still unread then: an
+--                  escalation chain, written as a rule.
 -- build.failed     the repo's owners by webhook, at most 3 per hour per repo;
 --                  the rest are folded into an hourly digest instead of being
 --                  dropped.
@@ -41,7 +43,8 @@ crier.event_type "comment.created" {
 
 crier.event_type "mention.created" {
     description = "Someone mentioned a person in a comment",
-    payload = { person = "string", email = "string", author = "string", post_title = "string", url = "string" },
+    payload = { person = "string", email = "string", author = "string", post_title = "string", url = "string",
+                tz = "string?" }, -- the person's IANA time zone, such as "Europe/Berlin"
 }
 
 crier.event_type "build.failed" {
@@ -113,7 +116,9 @@ crier.rule "comment.created" {
 }
 
 crier.rule "mention.created" {
-    recipients = function(event) return { { id = event.payload.person, email = event.payload.email } } end,
+    recipients = function(event)
+        return { { id = event.payload.person, email = event.payload.email, time_zone = event.payload.tz } }
+    end,
     channels = { "feed", "email", "webhook" },
     feed = { title = "{{ payload.author }} mentioned you in {{ payload.post_title }}", url = "{{ payload.url }}" },
     email = {
@@ -121,6 +126,7 @@ crier.rule "mention.created" {
         subject = "{{ payload.author }} mentioned you",
         text = "{{ payload.author }} mentioned you in {{ payload.post_title }}: {{ payload.url }}",
         delay = "10m", unless = "read",
+        quiet_hours = { from = "22:00", to = "07:00" }, -- in the person's zone; their stored setting wins
     },
     webhook = {
         url = oncall_url,

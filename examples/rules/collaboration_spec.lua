@@ -97,9 +97,21 @@ describe("collaboration example", function()
                         url = "https://app.test/p1#c1" } }
         testing.assert_delivered(result, "bo", "feed")
         local email = timing_of(testing.assert_delivered(result, "bo", "email"))
-        assert.are.same({ delay = 600, unless = "read" }, email)
+        assert.are.same({ delay = 600, unless = "read", quiet = { hours = { { from = "22:00", to = "07:00" } } } },
+            email)
         local hook = timing_of(testing.assert_delivered(result, "bo", "webhook"))
         assert.are.same({ delay = 3600, unless = "read" }, hook)
+    end)
+
+    it("holds the mention email in the person's night, in their time zone", function()
+        local result = rules:plan { type = "mention.created", tenant = "acme", entity_id = "mn_2",
+            payload = { person = "cy", email = "cy@acme.test", author = "ann", post_title = "Release notes",
+                        url = "https://app.test/p1#c2", tz = "America/Los_Angeles" } }
+        local t = timing_of(testing.assert_delivered(result, "cy", "email"))
+        -- the engine holds it when the delay ends inside 22:00-07:00 Los Angeles time
+        -- (crier.quiet_hours_end; crier try describes it)
+        assert.are.same({ hours = { { from = "22:00", to = "07:00" } }, zone = "America/Los_Angeles" }, t.quiet)
+        assert.is_nil(timing_of(testing.assert_delivered(result, "cy", "webhook")).quiet)
     end)
 
     it("throttles build alerts per repo and folds the excess into a digest", function()

@@ -321,7 +321,8 @@ crier.payload_types = {
     string = true, number = true, integer = true, boolean = true, table = true, array = true,
 }
 
-local event_type_fields = { description = true, payload = true, retry = true, required = true, strict = true }
+local event_type_fields = { description = true, payload = true, retry = true, required = true, strict = true,
+    urgent = true }
 
 -- crier.event_type(name) { description = "...", payload = { field = "type" } }
 -- Declares an event type in the generation being loaded. payload maps each
@@ -387,11 +388,16 @@ function crier.event_type(name)
             declared_names = concat(names, ", "),
             retry = spec.retry ~= nil and parse_retry_by_channel(registry, at, what, spec.retry) or {},
             required = spec.required == true,
+            urgent = spec.urgent == true, -- (sent in quiet hours too; preferences still apply)
             strict = spec.strict == true,
         }
         if spec.required ~= nil and type(spec.required) ~= "boolean" then
             problem(registry, at, what .. ": required must be true or false (true: recipients' preferences "
                 .. "cannot mute it)")
+        end
+        if spec.urgent ~= nil and type(spec.urgent) ~= "boolean" then
+            problem(registry, at, what .. ": urgent must be true or false (true: sent in the recipients' quiet "
+                .. "hours too)")
         end
         if spec.strict ~= nil and type(spec.strict) ~= "boolean" then
             problem(registry, at, what .. ": strict must be true or false (true: payload fields the type does "
@@ -962,7 +968,7 @@ end
 -- Fields a rule may have besides one block per channel kind.
 local rule_fields = {
     description = true, recipients = true, channels = true, discriminator = true, preferences = true,
-    mode = true, audience = true, backfill = true, locale = true,
+    mode = true, audience = true, backfill = true, locale = true, quiet_hours = true,
 }
 
 local function allowed_rule_fields()
@@ -1299,6 +1305,15 @@ function crier.rule(event_type)
                 .. "once for an audience, fanned out when read), got " .. describe_value(spec.mode))
         end
 
+        local rule_quiet
+        if spec.quiet_hours ~= nil then
+            if read_mode then
+                report("quiet_hours: a rule in mode \"read\" only adds feed items, which are silent")
+            else
+                rule_quiet = timing.check_quiet_hours(spec.quiet_hours, "quiet_hours", report)
+            end
+        end
+
         local configs, template_paths = {}, {}
         for kind, def in pairs(crier.channel_kinds) do
             local config = spec[kind]
@@ -1311,9 +1326,9 @@ function crier.rule(event_type)
                     if kind == "feed" then
                         for field in pairs(timing.FIELDS) do
                             if config[field] ~= nil then
-                                report(format("feed.%s: feed items are shown at once; delay, unless, cancel_on, "
-                                    .. "throttle and digest belong to a sending channel's block (email, webhook, "
-                                    .. "kafka)", field))
+                                report(format("feed.%s: feed items are shown at once (and make no sound); "
+                                    .. "delay, unless, cancel_on, throttle, digest and quiet_hours belong to a "
+                                    .. "sending channel's block (email, webhook, kafka)", field))
                             end
                         end
                         config = without_fields(config, timing.FIELDS)
@@ -1391,6 +1406,7 @@ function crier.rule(event_type)
             mode = spec.mode or "write",
             audience = spec.audience,
             backfill = spec.backfill == true,
+            quiet_hours = rule_quiet, -- (the default of its sending blocks; nil: none)
             template_paths = template_paths, -- checked against the event type once every file has loaded
         }
         registry.rule_order[#registry.rule_order + 1] = event_type

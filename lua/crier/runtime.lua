@@ -9,6 +9,7 @@ local crier = require "crier"
 local json = require "crier.json"
 local sandbox = require "crier.sandbox"
 local timing = require "crier.timing"
+local tz = require "crier.tz"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable =
     type, pairs, ipairs, next, tostring, tonumber, error, load, xpcall, setmetatable, getmetatable
@@ -397,6 +398,8 @@ runtime.PLAN_FIELDS = {
 -- carry this metatable; they need no traceback.
 local rule_failure_mt = {}
 
+local check_recipient_time
+
 local function rule_fail(rule, msg)
     error(setmetatable({ message = format("rule '%s' (%s): %s", rule.event_type, rule.where, msg) },
         rule_failure_mt), 0)
@@ -420,6 +423,29 @@ local function describe(v)
         return format("%q", v)
     end
     return type(v)
+end
+
+-- A recipient's time_zone (an IANA name of the system's tz database, crier.tz)
+-- and quiet_hours (as a rule writes them) are checked: a bad one fails the
+-- event, naming the recipient (retried, then quarantined like any rule error).
+function check_recipient_time(rule, r)
+    local zone = r.time_zone
+    if zone ~= nil and zone ~= null then
+        local ok, err = tz.check(zone)
+        if not ok then
+            rule_fail(rule, format("recipient %q has time_zone %s: %s", r.id, describe(zone), err))
+        end
+    end
+    local quiet = r.quiet_hours
+    if quiet ~= nil and quiet ~= null then
+        local problems = {}
+        r.quiet_hours = timing.check_quiet_hours(quiet, "quiet_hours", function(msg)
+            problems[#problems + 1] = msg
+        end)
+        if #problems > 0 then
+            rule_fail(rule, format("recipient %q has bad %s", r.id, concat(problems, "; ")))
+        end
+    end
 end
 
 -- The recipient table handed to rule functions: { id = "<string>", ... }.
@@ -450,6 +476,7 @@ local function normalize_recipient(rule, entry, i)
             r[k] = v
         end
         r.id = id
+        check_recipient_time(rule, r)
         return r
     end
     rule_fail(rule, format("recipient #%d must be an id (string or number) or a table with an id, got %s",
@@ -523,8 +550,11 @@ local function deliveries_for(rule, event, recipient)
             -- stored preferences apply unless the type is required or the rule
             -- says preferences = "ignore"
             d.honor_preferences = not ((et and et.required) or rule.preferences == "ignore")
-            -- when and how many: delay, throttle, digest (crier.timing)
-            d.timing = timing.spec_for(config.timing, name, event, recipient, fail)
+            -- when and how many: delay, quiet hours, throttle, digest (crier.timing); required and
+            -- urgent types are sent in quiet hours too, and feed items are silent
+            d.timing = timing.spec_for(config.timing, name, event, recipient, fail,
+                timing.quiet_for(recipient, config.timing, rule.quiet_hours,
+                    name == "feed" or (et and (et.required or et.urgent))))
             deliveries[#deliveries + 1] = d
         end
     end
@@ -593,10 +623,9 @@ local function run_read_rule(rule, event)
     return { audience_items = out }
 end
 
-local function run_rule(rule, event)
-    if rule.mode == "read" then
-        return run_read_rule(rule, event)
-    end
+-- The rule's recipients for an event: the list (as the rule gives it) and
+-- the cursor of the next page, if any.
+local function recipients_of(rule, event)
     local list = rule.recipients
     local next_cursor
     if getmetatable(list) == crier.pages_mt then
@@ -607,12 +636,51 @@ local function run_rule(rule, event)
             list = {}
         end
     end
+    return list, next_cursor
+end
+
+-- A person's stored settings (crier.recipient_settings, loaded for the
+-- batch: gen:set_batch_settings) fill the recipient's time_zone, locale and
+-- quiet_hours: the person's choice wins over what the rules gave. A stored
+-- zone the system's tz database does not know is left out.
+local function apply_settings(recipient, stored)
+    if stored.time_zone and tz.check(stored.time_zone) then
+        recipient.time_zone = stored.time_zone
+    end
+    if stored.locale then
+        recipient.locale = stored.locale
+    end
+    if stored.quiet_hours then
+        recipient.quiet_hours = stored.quiet_hours
+    end
+end
+
+local function batch_key(event)
+    return format("%s|%s", tostring(event.id), event.cursor or "")
+end
+
+local function run_rule(rule, event, batch)
+    if rule.mode == "read" then
+        return run_read_rule(rule, event)
+    end
+    local list, next_cursor
+    local cached = batch and batch.lists[batch_key(event)]
+    if cached then
+        list, next_cursor = cached.list, cached.next_cursor
+    else
+        list, next_cursor = recipients_of(rule, event)
+    end
     if not is_list(list) then
         rule_fail(rule, "recipients returned " .. type(list) .. "; expected a list")
     end
+    local settings = batch and batch.settings
     local plan, index = {}, {}
     for i = 1, #list do
         local recipient = normalize_recipient(rule, list[i], i)
+        local stored = settings and settings[event.tenant .. "\0" .. recipient.id]
+        if stored then
+            apply_settings(recipient, stored)
+        end
         local forced_locale = crier._registry().recipient_locale
         if forced_locale then
             recipient.locale = forced_locale -- gen:set_recipient_locale (crier try --locale)
@@ -636,6 +704,23 @@ local function run_rule(rule, event)
     end
     plan.next_cursor = next_cursor
     return plan
+end
+
+-- The limits an event's rule runs under: the rules' own, with a soft limit
+-- on top when event.slow_after is set (past it the run stops with code
+-- "slow"; the caller plans the event again apart).
+local function limits_for(self, event)
+    local limits = self.registry.limits
+    if event.slow_after then
+        local soft = self.soft_limits
+        if not soft then
+            soft = setmetatable({}, { __index = limits })
+            self.soft_limits = soft
+        end
+        soft.soft = event.slow_after
+        limits = soft
+    end
+    return limits
 end
 
 -- gen:plan(event): runs one event through the generation. event is
@@ -679,20 +764,9 @@ function Generation:plan(event)
         payload = payload,
         cursor = event.cursor,
     }
-    local limits = registry.limits
-    if event.slow_after then
-        -- a soft limit on top of the rules' own: past it the run stops with
-        -- code "slow" (the caller plans the event again apart)
-        local soft = self.soft_limits
-        if not soft then
-            soft = setmetatable({}, { __index = limits })
-            self.soft_limits = soft
-        end
-        soft.soft = event.slow_after
-        limits = soft
-    end
+    local limits = limits_for(self, event)
     local previous = crier._set_registry(registry)
-    local ok, result = sandbox.run(limits, run_rule, on_rule_error, rule, ev)
+    local ok, result = sandbox.run(limits, run_rule, on_rule_error, rule, ev, self.batch)
     crier._set_registry(previous)
     if not ok then
         if type(result) == "table" and result.slow then
@@ -709,6 +783,97 @@ function Generation:plan(event)
         return nil, result.message, "rule_error"
     end
     return result
+end
+
+-- Stored settings for a fan-out batch (the engine, src/engine/fanout.c, when
+-- crier.recipient_settings has rows): gen:batch_recipients(event) runs the
+-- rule's recipients for an event of the batch (event as for gen:plan) and
+-- keeps the list for gen:plan; it returns the recipients' ids (distinct; an
+-- empty list when the event has no rule, a bad payload or a failing
+-- recipients function — gen:plan then reports it as usual).
+-- gen:set_batch_settings(rows) takes the stored rows of those recipients
+-- ({ tenant, recipient_id, time_zone?, locale?, quiet_hours? (JSON text) });
+-- gen:plan applies them (they win over the rules' fields) until
+-- gen:end_batch() forgets the batch.
+-- gen:forget_batch_recipients(event): drops the list gen:batch_recipients
+-- kept for event (its recipients function met a query deferred to the slow
+-- lane: the list is not the event's).
+function Generation:forget_batch_recipients(event)
+    if self.batch and type(event) == "table" then
+        self.batch.lists[batch_key(event)] = nil
+    end
+end
+
+function Generation:batch_recipients(event)
+    if type(event) ~= "table" then
+        error("gen:batch_recipients: event must be a table, got " .. type(event), 2)
+    end
+    local ids = {}
+    local registry = self.registry
+    local rule = registry.rules[event.type]
+    local event_type = registry.event_types[event.type]
+    if not rule or not event_type or rule.mode == "read" then
+        return ids
+    end
+    local payload = check_payload(event_type, event.payload_json)
+    if not payload then
+        return ids
+    end
+    local ev = { id = event.id, tenant = event.tenant, type = event.type, entity_id = event.entity_id,
+        payload = payload, cursor = event.cursor }
+    local previous = crier._set_registry(registry)
+    local ok, list, next_cursor = sandbox.run(limits_for(self, event), recipients_of, on_rule_error, rule, ev)
+    crier._set_registry(previous)
+    if not ok or not is_list(list) then
+        return ids
+    end
+    local batch = self.batch
+    if not batch then
+        batch = { lists = {}, settings = {} }
+        self.batch = batch
+    end
+    batch.lists[batch_key(event)] = { list = list, next_cursor = next_cursor }
+    local seen = {}
+    for i = 1, #list do
+        local entry = list[i]
+        local id = type(entry) == "table" and entry ~= null and entry.id or entry
+        if type(id) == "number" then
+            id = json.format_number(id)
+        end
+        if type(id) == "string" and id ~= "" and not seen[id] then
+            seen[id] = true
+            ids[#ids + 1] = id
+        end
+    end
+    return ids
+end
+
+function Generation:set_batch_settings(rows)
+    if type(rows) ~= "table" then
+        error("gen:set_batch_settings: rows must be a list, got " .. type(rows), 2)
+    end
+    local batch = self.batch
+    if not batch then
+        batch = { lists = {}, settings = {} }
+        self.batch = batch
+    end
+    for _, row in ipairs(rows) do
+        local quiet = row.quiet_hours
+        if type(quiet) == "string" then
+            quiet = json.decode(quiet)
+            quiet = type(quiet) == "table" and quiet or nil
+            if quiet and #quiet == 0 then
+                quiet = setmetatable({}, array_mt)
+            end
+        end
+        batch.settings[tostring(row.tenant) .. "\0" .. tostring(row.recipient_id)] = {
+            time_zone = row.time_zone, locale = row.locale, quiet_hours = quiet,
+        }
+    end
+end
+
+function Generation:end_batch()
+    self.batch = nil
 end
 
 -- gen:render_digest(input_json): the message of a digest whose window closed.

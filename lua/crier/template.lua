@@ -54,16 +54,21 @@
 --                   "￥1,235". Numbers beyond ±(2^53-1) are refused (a
 --                   double does not hold them exactly); digit strings
 --                   ("123456") are exact at any size.
---   date([format])  an ISO-8601 string (YYYY-MM-DD, optionally
+--   date([format[, zone]])  an ISO-8601 string (YYYY-MM-DD, optionally
 --                   THH:MM[:SS[.fff]] and Z or +HH:MM / -HHMM / +HH; no offset
 --                   means UTC; a leap second :60 rolls over) or unix
---                   seconds (fractions dropped), printed in UTC with
---                   %Y %m %d %H %M %S %b %B %a %A %e %j %y %I %p %F %T %Z %%
---                   (names in the render locale's language, English when it
---                   has none); default format "%Y-%m-%dT%H:%M:%SZ". The
---                   formats 'short', 'medium', 'long', 'full' (dates) and
---                   'time' are the locale's styles (English without one).
---                   Years 0000-9999.
+--                   seconds (fractions dropped), printed in the time zone
+--                   zone (an IANA name, crier.tz), else the recipient's
+--                   recipient.time_zone when rendering for one, else UTC, with
+--                   %Y %m %d %H %M %S %b %B %a %A %e %j %y %I %p %F %T %%,
+--                   %Z (the zone's abbreviation: "CEST", "UTC") and %z
+--                   ("+0200") (names in the render locale's language,
+--                   English when it has none); default format
+--                   "%Y-%m-%dT%H:%M:%SZ" in UTC, RFC 3339 with the offset
+--                   ("2026-03-29T03:00:00+02:00") in a zone. The formats
+--                   'short', 'medium', 'long', 'full' (dates) and 'time' are
+--                   the locale's styles (English without one). Years
+--                   0000-9999.
 --   json            the value as JSON text (crier.json.encode)
 --   length          characters of a string (UTF-8), items of a list, keys of
 --                   an object
@@ -74,14 +79,17 @@
 --                   uses other, which is required; "#" in the form is the
 --                   count, with the locale's separators
 -- There is no "safe" filter: with opts.html every inserted value is escaped,
--- whatever its filters. A filter is function(value, args, locale) returning
--- the new value, or nil and a message to fail the render.
+-- whatever its filters. A filter is function(value, args, ctx) returning the
+-- new value, or nil and a message to fail the render (ctx: what the template
+-- renders, with ctx.recipient when it renders for a recipient and ctx.locale,
+-- the render's locale).
 --
 -- Errors are single lines: "<name>:<line>: <problem> (column <c>)", with
 -- "; <hint>" after it when there is one; columns count bytes from 1.
 
 local json = require "crier.json"
 local locale = require "crier.locale"
+local tz = require "crier.tz"
 
 local byte, find, format, gmatch, gsub, lower, match, rep, sub, upper = string.byte, string.find, string.format,
     string.gmatch, string.gsub, string.lower, string.match, string.rep, string.sub, string.upper
@@ -329,10 +337,16 @@ local date_directives = {
     A = function(t) return t.names.days[t.wday] end,
     F = function(t) return format("%04d-%02d-%02d", t.year, t.month, t.day) end,
     T = function(t) return format("%02d:%02d:%02d", t.hour, t.min, t.sec) end,
-    Z = function() return "UTC" end,
+    Z = function(t) return t.abbr end,
+    z = function(t)
+        local o = t.offset
+        local sign = o < 0 and "-" or "+"
+        o = o < 0 and -o or o
+        return format("%s%02d%02d", sign, floor(o / 3600), floor(o % 3600 / 60))
+    end,
     ["%"] = function() return "%" end,
 }
-local date_directive_list = "%Y %m %d %H %M %S %b %B %a %A %e %j %y %I %p %F %T %Z %%"
+local date_directive_list = "%Y %m %d %H %M %S %b %B %a %A %e %j %y %I %p %F %T %Z %z %%"
 
 -- nil when fmt is a valid date format, else a message.
 local function check_date_format(fmt)
@@ -358,7 +372,35 @@ end
 
 local DEFAULT_DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
-local function format_date(value, args, loc)
+-- The render's locale tag (ctx.locale), or nil.
+local function render_locale(ctx)
+    local loc = type(ctx) == "table" and ctx.locale or nil
+    return type(loc) == "string" and loc or nil
+end
+
+-- The zone a date is printed in: the filter's second argument, else the
+-- recipient's time_zone (ctx.recipient, when rendering for one), else UTC.
+-- Returns the zone name or nil for UTC, or false and a message.
+local function date_zone(args, ctx)
+    local zone = args[2]
+    if zone == nil then
+        local recipient = type(ctx) == "table" and ctx.recipient
+        zone = type(recipient) == "table" and recipient.time_zone or nil
+        if zone == null then
+            zone = nil
+        end
+    end
+    if zone == nil or zone == "UTC" then
+        return nil
+    end
+    local ok, err = tz.check(zone)
+    if not ok then
+        return false, "date: " .. err
+    end
+    return zone
+end
+
+local function format_date(value, args, ctx)
     if value == nil or value == null then
         return nil
     end
@@ -369,6 +411,10 @@ local function format_date(value, args, loc)
     local bad = check_date_format(fmt)
     if bad then
         return nil, bad
+    end
+    local zone, zone_err = date_zone(args, ctx)
+    if zone == false then
+        return nil, zone_err
     end
     local secs
     if type(value) == "number" then
@@ -387,15 +433,26 @@ local function format_date(value, args, loc)
     if secs < MIN_TIME or secs > MAX_TIME then
         return nil, "date: " .. describe(value) .. " is outside the years 0000-9999"
     end
-    local days = floor(secs / 86400)
-    local rest = secs - days * 86400
+    local offset, abbr = 0, "UTC"
+    if zone then -- (crier.tz: the zone's offset at this instant)
+        offset, abbr = tz.at(zone, secs)
+        if fmt == DEFAULT_DATE_FORMAT then -- RFC 3339 with the zone's offset
+            fmt = "%Y-%m-%dT%H:%M:%S" .. (offset == 0 and "Z" or gsub(date_directives.z({ offset = offset }),
+                "(%d%d)$", ":%1"))
+        end
+    end
+    local lsecs = secs + offset
+    local days = floor(lsecs / 86400)
+    local rest = lsecs - days * 86400
     local y, m, d = civil_from_days(days)
     local t = {
         year = y, month = m, day = d,
         hour = floor(rest / 3600), min = floor(rest % 3600 / 60), sec = rest % 60,
         wday = (days + 4) % 7 + 1, -- 1970-01-01 was a Thursday; 1 = Sunday
         yday = days - days_from_civil(y, 1, 1) + 1,
+        offset = offset, abbr = abbr,
     }
+    local loc = render_locale(ctx)
     local formats = loc and locale.formats(loc)
     if locale.STYLES[fmt] then
         return locale.format_style(formats, fmt, t)
@@ -436,7 +493,8 @@ local function check_separator(filter, what, sep)
     end
 end
 
-local function money(value, args, loc)
+local function money(value, args, ctx)
+    local loc = render_locale(ctx)
     if value == nil or value == null then
         return nil
     end
@@ -600,7 +658,8 @@ end
 -- CLDR plural category in the render's locale (crier.locale; English rules
 -- when the render has no locale); a category without a form uses other. "#"
 -- in the form is replaced by the value, written with the locale's separators.
-local function plural(value, args, loc)
+local function plural(value, args, ctx)
+    local loc = render_locale(ctx)
     if value == nil or value == null then
         return nil
     end
@@ -624,11 +683,11 @@ local function plural(value, args, loc)
     return s
 end
 
--- Filters: name -> function(value, args, locale) returning the new value, or
+-- Filters: name -> function(value, args, ctx) returning the new value, or
 -- nil and a message to fail the render. args holds the arguments' values
 -- (literals or the values of paths; named arguments, name='x', under their
--- names; do not modify it); locale is the render's locale tag (the context's
--- locale field when it is a string) or nil. A filter sees nil or json.null for
+-- names; do not modify it); ctx is the render's context (ctx.locale: its
+-- locale tag, ctx.recipient: the recipient it renders for). A filter sees nil or json.null for
 -- a missing value; the renderer fails if nil or null comes out of the last
 -- filter. Pass opts.filters to compile() to use another set.
 template.filters = {
@@ -675,8 +734,15 @@ local filter_rules = {
             or check_separator("money", "group separator", literal(args[2]))
             or check_separator("money", "decimal separator", literal(args[3]))
     end },
-    [format_date] = { 0, 1, function(args)
+    [format_date] = { 0, 2, function(args)
         local fmt = literal(args[1])
+        local zone = literal(args[2])
+        if zone ~= nil and zone ~= "UTC" then
+            local ok, err = tz.check(zone)
+            if not ok then
+                return "date: " .. err
+            end
+        end
         return fmt ~= nil and check_date_format(fmt) or nil
     end },
     [to_json] = { 0, 0 },
@@ -1359,10 +1425,6 @@ local function compile_filtered(P, node)
         if err then
             return nil, err
         end
-        local loc = type(ctx) == "table" and ctx.locale or nil
-        if type(loc) ~= "string" then
-            loc = nil
-        end
         for i = 1, count do
             local args = constants[i]
             if not args then
@@ -1380,7 +1442,7 @@ local function compile_filtered(P, node)
                     end
                 end
             end
-            v, err = fns[i](v, args, loc)
+            v, err = fns[i](v, args, ctx)
             if err then
                 local e = errors[i]
                 return nil, e[1] .. gsub(tostring(err), "[\r\n]+", " ") .. e[2]

@@ -33,6 +33,7 @@ local runtime = require "crier.runtime"
 local template = require "crier.template"
 local nginx = require "crier.nginx"
 local timing = require "crier.timing"
+local tz = require "crier.tz"
 
 local type, pairs, ipairs, next, tostring, tonumber, error, setmetatable, getmetatable, pcall, assert =
     type, pairs, ipairs, next, tostring, tonumber, error, setmetatable, getmetatable, pcall, assert
@@ -1272,12 +1273,24 @@ local function digest_join(self, dl, spec)
     local prev = self.last_window_start[identity]
     local start, stop
     if spec.every then
+        -- aligned in the recipient's local time (crier.digest_join: spec.zone), else UTC
+        local zone = spec.zone
+        local function offset(t)
+            return zone and ((tz.at(zone, floor(t / US)) or 0) * US) or 0
+        end
+        local function to_utc(l)
+            local u = l - offset(l)
+            return l - offset(u)
+        end
         local every = spec.every * US
-        start = floor(now / every) * every
+        start = to_utc(floor((now + offset(now)) / every) * every)
         if prev and start <= prev then
             start = prev + 1
         end
-        stop = (floor(start / every) + 1) * every
+        stop = to_utc((floor((start + offset(start)) / every) + 1) * every)
+        if stop <= now then
+            stop = now + every
+        end
     else
         start = now
         if prev and start <= prev then
@@ -1313,9 +1326,16 @@ local function digest_join(self, dl, spec)
     return g
 end
 
--- crier.release_delivery: throttle, then digest, else due now.
+-- crier.release_delivery: throttle, then digest, else due now. Quiet hours
+-- are not simulated (the engine decides them with PostgreSQL's tz database,
+-- crier.quiet_hours_end): the timeline's log says so once per delivery.
 local function release(self, dl)
     local t = dl.timing
+    if t.quiet and not dl.quiet_noted then
+        dl.quiet_noted = true
+        note(self, "%s: has quiet hours (%s); the timeline does not hold it in them (the engine does, in %s)",
+            who(dl), assert(json.encode(t.quiet.hours)), t.quiet.zone or "UTC")
+    end
     local throttle, digest = t.throttle, t.digest
     if throttle then
         local identity = concat({ dl.tenant, dl.recipient, dl.channel, throttle.key }, "\0")

@@ -15,13 +15,23 @@
 --                 <the channel's content fields: subject, text, html / body> }
 --                                          collect the recipient's items under key
 --                                          (default: the event type) and send one
---                                          message per window
+--                                          message per window (every: aligned in
+--                                          the recipient's local time)
+--   quiet_hours = { from = "22:00", to = "07:00", days = { "mon", ... } }, or a
+--                 list of such periods, or {} (none)
+--                                          in the recipient's local time (their
+--                                          time_zone, else UTC): a delivery due
+--                                          inside them is held until they end (also
+--                                          on a rule, for all its blocks; a person's
+--                                          own setting wins over both)
 --
 -- check() validates the fields at load (problems through report, one per
 -- line), spec_for() turns them into the timing spec a planned delivery
 -- carries (JSON text, read by crier.apply_timing in SQL, sql/functions/), and
 -- digest_event() builds what a digest's templates see. The order in the
--- engine: delay (and its conditions), then throttle, then digest.
+-- engine: delay (and its conditions), then quiet hours, then throttle, then
+-- digest (in quiet hours a block with a digest joins it at once, and the
+-- digest is sent when they end).
 -- Pure Lua.
 
 local json = require "crier.json"
@@ -35,7 +45,14 @@ local floor = math.floor
 local timing = {}
 
 -- The time fields a sending channel block may have.
-timing.FIELDS = { delay = true, unless = true, cancel_on = true, throttle = true, digest = true }
+timing.FIELDS = { delay = true, unless = true, cancel_on = true, throttle = true, digest = true, quiet_hours = true }
+
+local WEEKDAYS = { mon = true, tue = true, wed = true, thu = true, fri = true, sat = true, sun = true }
+
+local function show(v)
+    return type(v) == "string" and format("%q", v) or tostring(v)
+end
+
 
 local units = { s = 1, m = 60, h = 3600, d = 86400 }
 local MAX_SECONDS = 366 * 86400
@@ -93,6 +110,74 @@ local function check_key(v, what, report)
         report(what .. ".key must be a non-empty string or a function(event, recipient) returning one, got "
             .. (type(v) == "string" and "\"\"" or type(v)))
     end
+end
+
+-- timing.check_quiet_hours(v, what, report): validates quiet hours as a rule
+-- writes them — one period { from = "22:00", to = "07:00", days = { "mon",
+-- ... } } (days optional: every day; a period whose to is not after its from
+-- ends the next day; days are the weekdays it starts on), a list of periods
+-- (at most 14), or {} / false for none — in the shape crier.recipient_settings
+-- stores (crier.check_quiet_hours in SQL). Returns the list of periods (a
+-- JSON array, empty for none); problems go through report("<what> ...").
+function timing.check_quiet_hours(v, what, report)
+    local out = setmetatable({}, json.array_mt)
+    if v == false then
+        return out
+    end
+    if type(v) ~= "table" then
+        report(format("%s must be a period { from = \"22:00\", to = \"07:00\" }, a list of them, or {} "
+            .. "for none, got %s", what, type(v)))
+        return out
+    end
+    local list = v
+    if v.from ~= nil or v.to ~= nil or v.days ~= nil then
+        list = { v }
+    elseif not (next(v) == nil or json.is_array(v)) then
+        report(format("%s must be a period { from = \"22:00\", to = \"07:00\" } or a list of them", what))
+        return out
+    end
+    if #list > 14 then
+        report(format("%s has %d periods; at most 14 are allowed", what, #list))
+        return out
+    end
+    for i, p in ipairs(list) do
+        local at = #list > 1 and format("%s[%d]", what, i) or what
+        if type(p) ~= "table" then
+            report(format("%s must be a table { from = \"22:00\", to = \"07:00\" }, got %s", at, type(p)))
+        else
+            check_known(p, { from = true, to = true, days = true }, at, report)
+            local ok = true
+            for _, f in ipairs({ "from", "to" }) do
+                local h, m = match(type(p[f]) == "string" and p[f] or "", "^(%d%d):(%d%d)$")
+                if not h or tonumber(h) > 23 or tonumber(m) > 59 then
+                    report(format("%s.%s must be a local time \"HH:MM\" (00:00-23:59), got %s", at, f,
+                        p[f] == nil and "nothing" or show(p[f])))
+                    ok = false
+                end
+            end
+            if ok and p.from == p.to then
+                report(format("%s: the period from %s to %s is empty; give different times", at, p.from, p.to))
+            end
+            local period = { from = p.from, to = p.to }
+            if p.days ~= nil then
+                if type(p.days) ~= "table" or #p.days == 0 or not json.is_array(p.days) then
+                    report(format("%s.days must be a non-empty list of \"mon\" .. \"sun\" (the days a period "
+                        .. "starts on)", at))
+                else
+                    period.days = setmetatable({}, json.array_mt)
+                    for j, d in ipairs(p.days) do
+                        if not WEEKDAYS[d] then
+                            report(format("%s.days[%d] is %s; expected one of \"mon\", \"tue\", \"wed\", "
+                                .. "\"thu\", \"fri\", \"sat\", \"sun\"", at, j, show(d)))
+                        end
+                        period.days[j] = d
+                    end
+                end
+            end
+            out[#out + 1] = period
+        end
+    end
+    return out
 end
 
 -- The content fields a digest may override, per channel kind.
@@ -176,6 +261,11 @@ function timing.check(config, kind, report)
         end
     end
 
+    if config.quiet_hours ~= nil then
+        any = true
+        spec.quiet_hours = timing.check_quiet_hours(config.quiet_hours, what .. ".quiet_hours", report)
+    end
+
     local digest = config.digest
     if digest ~= nil then
         any = true
@@ -190,7 +280,8 @@ function timing.check(config, kind, report)
             local d = { key = digest.key }
             if (digest.window == nil) == (digest.every == nil) then
                 report(what .. ".digest needs window = \"1h\" (the first item opens a window of that length) or "
-                    .. "every = \"1h\" (fixed windows: on the hour, every hour, in UTC), not both")
+                    .. "every = \"1h\" (fixed windows: on the hour, every hour, in the recipient's time zone), "
+                    .. "not both")
             else
                 local field = digest.window ~= nil and "window" or "every"
                 local seconds, err = timing.parse_duration(digest[field])
@@ -228,17 +319,50 @@ local function key_value(v, event, recipient, what, fail)
     return v
 end
 
--- timing.spec_for(spec, kind, event, recipient, fail): the JSON text of a
--- planned delivery's timing (nil without time fields):
---   { "delay": s, "unless": "read", "cancel_on": [...],
---     "throttle": { "limit": n, "per": s, "key": "..." },
---     "digest": { "key": "...", "window": s | "every": s, "max_items": n,
---                 "recipient": { the recipient table } } }
-function timing.spec_for(spec, kind, event, recipient, fail)
-    if not spec then
+-- timing.quiet_for(recipient, block_spec, rule_quiet, exempt): the quiet
+-- hours that apply to one delivery, as the timing's "quiet" object
+-- { hours = [...], zone = "<IANA name>" | nil }, or nil for none. The
+-- person's own (recipient.quiet_hours: their stored setting, or what the
+-- rules' recipients gave) win over the channel block's, which win over the
+-- rule's; an empty list is none. exempt (a required or urgent event type):
+-- none.
+function timing.quiet_for(recipient, block_spec, rule_quiet, exempt)
+    if exempt then
         return nil
     end
-    local out = { delay = spec.delay, unless = spec.unless }
+    local hours = recipient.quiet_hours
+    if hours == nil or hours == json.null then
+        hours = block_spec and block_spec.quiet_hours
+        if hours == nil then
+            hours = rule_quiet
+        end
+    end
+    if hours == nil or #hours == 0 then
+        return nil
+    end
+    local zone = recipient.time_zone
+    return { hours = hours, zone = zone ~= json.null and zone or nil }
+end
+
+-- timing.spec_for(spec, kind, event, recipient, fail, quiet): the JSON text of a
+-- planned delivery's timing (nil without time fields and quiet hours):
+--   { "delay": s, "unless": "read", "cancel_on": [...],
+--     "quiet": { "hours": [ { "from": "22:00", "to": "07:00", "days": [...] } ], "zone": "Europe/Berlin" },
+--     "throttle": { "limit": n, "per": s, "key": "..." },
+--     "digest": { "key": "...", "window": s | "every": s, "max_items": n, "zone": "<IANA name>" (with every),
+--                 "recipient": { the recipient table } } }
+-- (quiet: timing.quiet_for's answer).
+function timing.spec_for(spec, kind, event, recipient, fail, quiet)
+    if not spec then
+        if not quiet then
+            return nil
+        end
+        spec = {}
+    end
+    if not (spec.delay or spec.throttle or spec.digest or quiet) then
+        return nil
+    end
+    local out = { delay = spec.delay, unless = spec.unless, quiet = quiet }
     if spec.cancel_on then
         out.cancel_on = setmetatable({}, json.array_mt)
         for i, name in ipairs(spec.cancel_on) do
@@ -259,6 +383,9 @@ function timing.spec_for(spec, kind, event, recipient, fail)
             every = spec.digest.every,
             max_items = spec.digest.max_items,
             recipient = recipient,
+            -- fixed windows are aligned in the recipient's local time
+            zone = spec.digest.every and type(recipient.time_zone) == "string" and recipient.time_zone ~= "UTC"
+                and recipient.time_zone or nil,
         }
     end
     local text, err = json.encode(out)
@@ -360,8 +487,8 @@ function timing.describe(timing_json)
         local words = { format("joins digest %s%s", tostring(digest.key),
             recipient ~= nil and recipient ~= json.null and (" for " .. tostring(recipient)) or "") }
         if digest.every then
-            words[#words + 1] = format("fixed windows of %s (aligned to the Unix epoch, UTC)",
-                duration_words(digest.every))
+            words[#words + 1] = format("fixed windows of %s (aligned to the Unix epoch, in %s)",
+                duration_words(digest.every), type(digest.zone) == "string" and (digest.zone .. " local time") or "UTC")
         elseif digest.window then
             words[#words + 1] = format("a window of %s from its first item", duration_words(digest.window))
         end
@@ -379,6 +506,18 @@ function timing.describe(timing_json)
         else
             rest = words .. " (the excess is suppressed)"
         end
+    end
+    local quiet = type(t.quiet) == "table" and type(t.quiet.hours) == "table" and t.quiet or nil
+    if quiet then
+        local periods = {}
+        for i, p in ipairs(quiet.hours) do
+            periods[i] = format("%s-%s%s", tostring(p.from), tostring(p.to),
+                type(p.days) == "table" and (" " .. concat(p.days, ",")) or "")
+        end
+        local words = format("in quiet hours (%s, %s) %s until they end", concat(periods, "; "),
+            quiet.zone ~= nil and quiet.zone ~= json.null and tostring(quiet.zone) or "UTC",
+            digest and "it joins the digest at once and the digest waits" or "it is held")
+        rest = rest and (words .. "; then " .. rest) or (words .. "; then sent")
     end
     if not delay then
         return rest or "sent at once"

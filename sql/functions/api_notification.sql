@@ -1,8 +1,8 @@
 -- api_notification.sql — crier.api_notification: a notification of p_tenant as JSON (GET
 -- /v1/notifications/{id}): its key, event, recipient, an overall status, its feed item,
 -- and its deliveries with every attempt and the time decisions about them (docs/API.md):
--- why a delivery waits and until when (held_because, held_until: a delay, or the digest it
--- joined), the rule's delay and throttle, and the digest it joined — its window, and once
+-- why a delivery waits and until when (held_because, held_until: a delay, the recipient's
+-- quiet hours, or the digest it joined), the rule's delay and throttle, and the digest it joined — its window, and once
 -- sent the digest's own notification and its delivery's state. NULL when the tenant has no
 -- such notification.
 CREATE OR REPLACE FUNCTION crier.api_notification(p_tenant text, p_id bigint) RETURNS json
@@ -19,8 +19,15 @@ LANGUAGE sql STABLE AS $$
             'due_at', CASE WHEN d.state IN ('pending', 'paused') THEN d.due_at END,
             'delivered_at', d.delivered_at, 'dead_at', d.dead_at, 'last_status', d.last_status,
             'last_error', d.last_error,
-            -- why it waits: a delay (until due_at), or the digest it joined (until the digest's timer)
-            'held_because', CASE d.state WHEN 'held' THEN 'delay' WHEN 'digested' THEN 'digest' END,
+            -- why it waits: a delay or the recipient's quiet hours (until due_at: a pending timer
+            -- whose outcome reads 'quiet hours' is the latter, crier.release_delivery), or the
+            -- digest it joined (until the digest's timer, which quiet hours may postpone)
+            'held_because', CASE d.state
+                WHEN 'held' THEN CASE WHEN EXISTS (SELECT 1 FROM crier.timers qt
+                                                   WHERE qt.delivery_id = d.id AND qt.state = 'pending'
+                                                     AND qt.outcome = 'quiet hours')
+                                      THEN 'quiet_hours' ELSE 'delay' END
+                WHEN 'digested' THEN 'digest' END,
             'held_until', CASE WHEN d.state = 'held' THEN d.due_at
                                WHEN d.state = 'digested' AND g.state <> 'sent'
                                THEN coalesce(gt.due_at, g.window_end) END,
@@ -31,6 +38,7 @@ LANGUAGE sql STABLE AS $$
                             'limit', (d.timing->'throttle'->>'limit')::numeric,
                             'per_seconds', (d.timing->'throttle'->>'per')::numeric,
                             'key', d.timing->'throttle'->>'key') END,
+            'quiet_hours', d.timing->'quiet',
             'digest', CASE WHEN g.id IS NOT NULL THEN json_build_object(
                           'id', g.id, 'key', g.digest_key, 'state', g.state, 'items', g.items,
                           'max_items', g.max_items, 'window_start', g.window_start, 'window_end', g.window_end,

@@ -1,7 +1,7 @@
 -- apply_timing.sql — crier.apply_timing: decides the deliveries that the calling fan-out
 -- batch inserted in state 'timing' (only the caller's own, uncommitted rows can be in that
 -- state) before the batch commits: a delay holds the delivery and creates its timer; the
--- others go through crier.release_delivery (throttle, digest, or due now). Rows are taken
+-- others go through crier.release_delivery (quiet hours, throttle, digest, or due now). Rows are taken
 -- in (tenant, recipient, channel, throttle key, digest key) order, so that concurrent
 -- batches take the throttle and digest locks in one order. Returns how many deliveries are
 -- due now; wakes the timer workers (NOTIFY crier_timers) when it created a timer.
@@ -32,7 +32,7 @@ BEGIN
             v_outcome := crier.release_delivery(d.id);
             IF v_outcome = 'pending' THEN
                 v_released := v_released + 1;
-            ELSIF v_outcome = 'digested' THEN
+            ELSIF v_outcome IN ('digested', 'quiet') THEN
                 v_timers := true;
             END IF;
         END IF;

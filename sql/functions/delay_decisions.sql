@@ -10,9 +10,9 @@
 --                  notification's feed item is read / seen (explicitly or by a mark-all
 --                  watermark), or an event of a cancel_on type arrived for the same tenant
 --                  and entity after the notification's event: outcome is the reason;
---   'release'      no throttle and no digest: it is due now (outcome 'pending', what
+--   'release'      no throttle, digest or quiet hours: it is due now (outcome 'pending', what
 --                  crier.release_delivery returns for it);
---   'release_each' a throttle or a digest: the caller hands it to crier.release_delivery,
+--   'release_each' a throttle, a digest or quiet hours: the caller hands it to crier.release_delivery,
 --                  one at a time and in its own order (outcome NULL).
 CREATE OR REPLACE FUNCTION crier.delay_decisions(p_delivery_ids bigint[])
 RETURNS TABLE (delivery_id bigint, action text, outcome text)
@@ -64,11 +64,11 @@ BEGIN
     SELECT d.id,
            CASE WHEN d.state <> 'held' THEN 'skip'
                 WHEN d.reason IS NOT NULL THEN 'suppress'
-                WHEN d.timing->'throttle' IS NOT NULL OR d.timing->'digest' IS NOT NULL THEN 'release_each'
+                WHEN d.timing->'throttle' IS NOT NULL OR d.timing->'digest' IS NOT NULL OR d.timing ? 'quiet' THEN 'release_each'
                 ELSE 'release' END,
            CASE WHEN d.state <> 'held' THEN 'nothing to do: the delivery is ' || d.state
                 WHEN d.reason IS NOT NULL THEN d.reason
-                WHEN d.timing->'throttle' IS NOT NULL OR d.timing->'digest' IS NOT NULL THEN NULL
+                WHEN d.timing->'throttle' IS NOT NULL OR d.timing->'digest' IS NOT NULL OR d.timing ? 'quiet' THEN NULL
                 ELSE 'pending' END
     FROM decided d
     UNION ALL

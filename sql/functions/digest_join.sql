@@ -1,15 +1,19 @@
 -- digest_join.sql — crier.digest_join: the digest window an item joins, for (tenant,
 -- recipient, channel, digest key): the open one, locked (FOR UPDATE) and counted; or a
 -- new one (the first item opens it: window = p_window seconds from now; or the fixed
--- window of p_every seconds, aligned to the Unix epoch, that contains now — never one
--- that already had a digest). Reaching p_max_items closes the window and makes its timer
+-- window of p_every seconds that contains now, aligned to the Unix epoch in the
+-- recipient's local time when p_zone names a time zone — every = 1 day runs from local
+-- midnight to local midnight, 23 or 25 hours on DST days — else in UTC; never one that
+-- already had a digest). Reaching p_max_items closes the window and makes its timer
 -- due at once; an open window whose end has passed (its flush has not run yet) is closed
 -- and the item opens the next one, so a window holds exactly the items that arrived in it. Concurrent joiners meet on the unique index of open windows: the loser of
 -- an insert race joins the winner's window. A window being flushed holds its row lock
 -- until the flush commits; the item then opens the next window. Returns the digest's id.
+DROP FUNCTION IF EXISTS crier.digest_join(text, text, text, text, text, double precision, double precision, integer);
 CREATE OR REPLACE FUNCTION crier.digest_join(p_tenant text, p_recipient text, p_channel text, p_key text,
                                              p_event_type text, p_window double precision,
-                                             p_every double precision, p_max_items integer)
+                                             p_every double precision, p_max_items integer,
+                                             p_zone text DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -19,7 +23,16 @@ DECLARE
     v_prev timestamptz;
     v_start timestamptz;
     v_end timestamptz;
+    v_zone text := coalesce(p_zone, 'UTC');
+    v_local double precision;
 BEGIN
+    IF p_every IS NOT NULL AND v_zone <> 'UTC' THEN
+        BEGIN
+            PERFORM clock_timestamp() AT TIME ZONE v_zone;
+        EXCEPTION WHEN invalid_parameter_value THEN
+            v_zone := 'UTC';
+        END;
+    END IF;
     LOOP
         SELECT id, items, window_end INTO v_id, v_items, v_end FROM crier.digests
         WHERE tenant = p_tenant AND recipient_id = p_recipient AND channel = p_channel AND digest_key = p_key
@@ -44,11 +57,17 @@ BEGIN
         SELECT max(window_start) INTO v_prev FROM crier.digests
         WHERE tenant = p_tenant AND recipient_id = p_recipient AND channel = p_channel AND digest_key = p_key;
         IF p_every IS NOT NULL THEN
-            v_start := to_timestamp(floor(extract(epoch FROM v_now) / p_every) * p_every);
+            -- aligned in local time: the wall clock's seconds since 1970-01-01 00:00, and back
+            v_local := extract(epoch FROM v_now AT TIME ZONE v_zone);
+            v_start := (to_timestamp(floor(v_local / p_every) * p_every) AT TIME ZONE 'UTC') AT TIME ZONE v_zone;
             IF v_prev IS NOT NULL AND v_start <= v_prev THEN
                 v_start := v_prev + interval '1 microsecond';
             END IF;
-            v_end := to_timestamp((floor(extract(epoch FROM v_start) / p_every) + 1) * p_every);
+            v_local := extract(epoch FROM v_start AT TIME ZONE v_zone);
+            v_end := (to_timestamp((floor(v_local / p_every) + 1) * p_every) AT TIME ZONE 'UTC') AT TIME ZONE v_zone;
+            IF v_end <= v_now THEN -- (a boundary inside a DST gap or fold: never a window in the past)
+                v_end := v_now + make_interval(secs => p_every);
+            END IF;
         ELSE
             v_start := v_now;
             IF v_prev IS NOT NULL AND v_start <= v_prev THEN

@@ -8,7 +8,8 @@
 -- for their timers; only a delay released into a throttle or a digest goes through
 -- crier.release_delivery, one at a time in the claim's order (as does the odd delay that
 -- shares its delivery with another timer of the batch, or has none: crier.fire_delay).
--- A digest timer needs its message rendered by the rules: its digest is locked (SKIP
+-- A digest timer due inside its recipient's quiet hours is postponed to their end
+-- (crier.quiet_hours_end; kind 'delay', its outcome says so). A digest timer needs its message rendered by the rules: its digest is locked (SKIP
 -- LOCKED: an item joining it holds it for a moment; kind 'busy', tried again soon), closed
 -- to new items (the delays of the pass fire before it) and returned (kind 'digest') with what the rules need (input: JSON for gen:render_digest)
 -- and what its notification's key is made of; the caller renders it and calls
@@ -44,6 +45,8 @@ DECLARE
     v_items jsonb;
     v_recipient jsonb;
     v_last bigint;
+    v_quiet jsonb;
+    v_quiet_end timestamptz;
 BEGIN
     SELECT array_agg(c.id ORDER BY c.due_at, c.id), array_agg(c.kind ORDER BY c.due_at, c.id),
            array_agg(c.delivery_id ORDER BY c.due_at, c.id), array_agg(c.digest_id ORDER BY c.due_at, c.id),
@@ -107,7 +110,7 @@ BEGIN
             UPDATE crier.deliveries dl SET state = 'pending', due_at = now()
             FROM crier.timers tm
             WHERE tm.id = ANY(v_once_timers) AND dl.id = tm.delivery_id AND dl.state = 'held'
-              AND NOT dl.timing ?| ARRAY['unless', 'cancel_on', 'throttle', 'digest']
+              AND NOT dl.timing ?| ARRAY['unless', 'cancel_on', 'throttle', 'digest', 'quiet']
             RETURNING tm.id AS timer_id
         ), f AS (
             UPDATE crier.timers tm SET state = 'fired', fired_at = clock_timestamp(), outcome = 'pending',
@@ -203,6 +206,19 @@ BEGIN
             WHERE id = t.id;
             kind := 'delay'; -- (fired in place)
             outcome := 'nothing to do: the digest was already sent';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        -- quiet hours: a digest due inside its recipient's (those its newest item carried) is
+        -- sent when they end; its window stays as it was (an item arriving after the window's
+        -- end opens the next window, crier.digest_join)
+        SELECT dl.timing->'quiet' INTO v_quiet FROM crier.deliveries dl
+        WHERE dl.digest_id = g.id AND dl.state = 'digested' ORDER BY dl.id DESC LIMIT 1;
+        v_quiet_end := crier.quiet_hours_end(v_now, v_quiet->>'zone', v_quiet->'hours');
+        IF v_quiet_end IS NOT NULL THEN
+            UPDATE crier.timers SET due_at = v_quiet_end, outcome = 'quiet hours' WHERE id = t.id;
+            kind := 'delay'; -- (nothing to render now)
+            outcome := 'quiet hours: the digest is due at ' || v_quiet_end;
             RETURN NEXT;
             CONTINUE;
         END IF;

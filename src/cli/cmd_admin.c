@@ -185,10 +185,11 @@ static const char status_help[] =
     "Prints the state of the outbox: events, notifications and deliveries by state,\n"
     "paused and disabled endpoints, the oldest pending event's age, the timers\n"
     "(pending delays and digests with the earliest due time and how late it is, those\n"
-    "fired in the last hour, digests whose rendering keeps failing), the open digest\n"
-    "windows and the next to close, scheduled sends (pending send timers) and the\n"
-    "recurring schedules (per schedule and tenant: cron, zone, next occurrence, last\n"
-    "fired, last error), each crier serve worker of the last hour: alive\n"
+    "fired in the last hour, deliveries and digests held by their recipients' quiet\n"
+    "hours, digests whose rendering keeps failing), the open digest windows and the\n"
+    "next to close, scheduled sends (pending send timers) and the recurring schedules\n"
+    "(per schedule and tenant: cron, zone, next occurrence, last fired, last error),\n"
+    "each crier serve worker of the last hour: alive\n"
     "(with what it has in flight), stopped, or dead (3 missed heartbeats), its rules\n"
     "version (and its last rejected reload, with the problems as file:line: message), and the\n"
     "latest dead letters (crier dead list shows all).\n"
@@ -230,6 +231,20 @@ static int status_timers(PGconn *conn)
             putchar(')');
         }
         putchar('\n');
+    }
+    PQclear(res);
+    /* held by quiet hours (crier.release_delivery, crier.fire_timers): their timers say so */
+    res = PQexec(conn, "SELECT count(delivery_id), count(digest_id), " STATUS_TIME("min(due_at)") ","
+                       " floor(extract(epoch FROM min(due_at) - now()))::bigint"
+                       " FROM crier.timers WHERE state = 'pending' AND outcome = 'quiet hours'");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        goto out;
+    if (!PQgetisnull(res, 0, 2)) {
+        printf("timers.quiet_hours: %s deliveries, %s digests held by their recipients' quiet hours (the first "
+               "ends at %s, ",
+               PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2));
+        status_print_due(PQgetvalue(res, 0, 3));
+        printf(")\n");
     }
     PQclear(res);
     res = PQexec(conn, "SELECT count(*) FILTER (WHERE state = 'fired' AND fired_at > now() - interval '1 hour'),"

@@ -74,7 +74,7 @@ static const char try_help[] =
     "\n"
     "Runs one event through the rules and prints the plan: recipients, channels,\n"
     "notification keys, rendered subjects and bodies, retry schedules, whether\n"
-    "stored preferences would suppress a delivery, and its timing in words (delay,\n"
+    "stored preferences would suppress a delivery, and its timing in words (delay, quiet hours,\n"
     "throttle, digest). Changes nothing: the rules'\n"
     "queries (crier.query, crier.pages) run read-only in transactions that are\n"
     "rolled back. A database is used when one is configured (--database,\n"

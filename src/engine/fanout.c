@@ -4,6 +4,9 @@
  *   BEGIN
  *   claim   SELECT … FROM crier.events WHERE state='pending' … FOR UPDATE SKIP LOCKED LIMIT n
  *   lock    SELECT id FROM unnest(ids, lock_keys) WHERE pg_try_advisory_xact_lock(key)
+ *           (and whether crier.recipient_settings has any rows)
+ *   settings (only when it has) the rules' recipients of every event, then one SELECT of
+ *           their stored settings (time zone, locale, quiet hours), handed to the rules
  *   (rules run in C/Lua; keys, message ids and lock keys are computed in C, keys.h)
  *   write   one statement: notifications ON CONFLICT DO NOTHING RETURNING → deliveries
  *           for the new rows only → events marked done / failed / dead
@@ -34,6 +37,7 @@ typedef enum {
     FANOUT_BEGIN,
     FANOUT_CLAIM,
     FANOUT_LOCK,
+    FANOUT_SETTINGS,
     FANOUT_WRITE,
     FANOUT_TIMING,
     FANOUT_COMMIT,
@@ -51,9 +55,12 @@ enum {
     CLAIM_CURSOR
 };
 
-/* Parameters of SQL_LOCK ($1, $2), and the column of its rows. */
+/* Parameters of SQL_LOCK ($1, $2), and the columns of its rows. */
 enum { LOCK_EVENT_ID, LOCK_KEY, N_LOCK_PARAMS };
-enum { LOCKED_EVENT_ID };
+enum { LOCKED_EVENT_ID, LOCKED_HAS_SETTINGS };
+
+/* Parameters of SQL_SETTINGS: (tenant, recipient id) pairs. */
+enum { SETTINGS_TENANT, SETTINGS_RECIPIENT, N_SETTINGS_PARAMS };
 
 /* Parameters of SQL_WRITE: WRITE_X is $(WRITE_X + 1). Each is an array except
  * the two text values, WRITE_RULES_VERSION and WRITE_MAX_ATTEMPTS. */
@@ -152,6 +159,8 @@ struct crier_fanout {
     /* Parameter arrays of the statements in flight (kept until the callback);
      * cols[WRITE_RULES_VERSION] and cols[WRITE_MAX_ATTEMPTS] stay unused. */
     crier_pg_array lock_cols[N_LOCK_PARAMS];
+    crier_pg_array settings_cols[N_SETTINGS_PARAMS];
+    bool batch_settings; /* the rules hold stored settings for this batch (crier_rules_end_batch) */
     crier_pg_array cols[N_WRITE_PARAMS];
     crier_pg_params params;
     char limit_text[24];
@@ -175,8 +184,15 @@ static const char SQL_CLAIM[] =
     " ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
 
 static const char SQL_LOCK[] =
-    "SELECT t.id FROM unnest($1::bigint[], $2::bigint[]) AS t(id, k)"
+    "SELECT t.id, EXISTS (SELECT FROM crier.recipient_settings)"
+    " FROM unnest($1::bigint[], $2::bigint[]) AS t(id, k)"
     " WHERE pg_try_advisory_xact_lock(t.k)";
+
+/* The stored settings of the batch's recipients (sql/017_recipient_settings.sql). */
+static const char SQL_SETTINGS[] =
+    "SELECT s.tenant, s.recipient_id, s.time_zone, s.locale, s.quiet_hours::text AS quiet_hours"
+    " FROM crier.recipient_settings s"
+    " WHERE (s.tenant, s.recipient_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))";
 
 /* The batch's single write statement; its parameters are the WRITE_… values.
  * Feed deliveries (channel "feed") become feed items, not deliveries; the
@@ -435,6 +451,23 @@ static void fanout_type_mark_slow(crier_fanout *f, const char *type)
     f->slow_types_until = f->slow_types[oldest].until;
 }
 
+/* The rules' view of the batch's event i. */
+static crier_rule_event fanout_rule_event(crier_fanout *f, size_t i)
+{
+    const fanout_event *e = &f->events[i];
+    crier_rule_event ev = {
+        .id = e->id,
+        .tenant = crier_strbuf_at(&f->strings, e->tenant),
+        .event_type = crier_strbuf_at(&f->strings, e->event_type),
+        .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
+        .payload_json = crier_strbuf_at(&f->strings, e->payload),
+        .cursor = e->cursor == SIZE_MAX ? NULL : crier_strbuf_at(&f->strings, e->cursor),
+        .slot = i,
+        .slow_after = f->opts.lane == CRIER_FANOUT_LANE_FAST ? f->opts.slow_after : 0,
+    };
+    return ev;
+}
+
 static void fanout_plan_and_write(crier_fanout *f)
 {
     char err[4096];
@@ -503,16 +536,7 @@ static void fanout_plan_and_write(crier_fanout *f)
             continue;
         }
         planned++;
-        crier_rule_event ev = {
-            .id = e->id,
-            .tenant = crier_strbuf_at(&f->strings, e->tenant),
-            .event_type = crier_strbuf_at(&f->strings, e->event_type),
-            .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
-            .payload_json = crier_strbuf_at(&f->strings, e->payload),
-            .cursor = e->cursor == SIZE_MAX ? NULL : crier_strbuf_at(&f->strings, e->cursor),
-            .slot = i,
-            .slow_after = f->opts.lane == CRIER_FANOUT_LANE_FAST ? f->opts.slow_after : 0,
-        };
+        crier_rule_event ev = fanout_rule_event(f, i);
         /* the fast lane runs on crier serve's main loop: a rule's query (a
          * round trip, a page of a large audience, a slow statement) would
          * stall every other worker there, so such events are planned in the
@@ -552,6 +576,10 @@ static void fanout_plan_and_write(crier_fanout *f)
         crier_pg_array_add_bool(&c[WRITE_FAILED_PERMANENT], st != CRIER_PLAN_RULE_ERROR);
     }
 
+    if (f->batch_settings) {
+        crier_rules_end_batch(f->rules);
+        f->batch_settings = false;
+    }
     key_set_reset(&f->seen, f->plan.n_recipients);
 
     for (size_t r = 0; r < f->plan.n_recipients; r++) {
@@ -619,15 +647,64 @@ static void fanout_plan_and_write(crier_fanout *f)
     fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
 }
 
+/* crier_rules_batch_recipients' callback: one (tenant, recipient) pair of SQL_SETTINGS. */
+static int fanout_add_recipient(void *ud, const char *tenant, const char *recipient_id)
+{
+    crier_fanout *f = ud;
+    crier_pg_array_add_str(&f->settings_cols[SETTINGS_TENANT], tenant);
+    crier_pg_array_add_str(&f->settings_cols[SETTINGS_RECIPIENT], recipient_id);
+    return 0;
+}
+
+/* Stored settings exist: the rules list the recipients of every locked event
+ * (kept for the plan), and one statement reads those recipients' settings;
+ * with no recipient, the batch is planned at once. */
+static void fanout_load_settings(crier_fanout *f)
+{
+    double now = crier_clock_s();
+    crier_pg_array_begin(&f->settings_cols[SETTINGS_TENANT], CRIER_PG_TEXT);
+    crier_pg_array_begin(&f->settings_cols[SETTINGS_RECIPIENT], CRIER_PG_TEXT);
+    f->batch_settings = true;
+    for (size_t i = 0; i < f->n_events; i++) {
+        fanout_event *e = &f->events[i];
+        if (!e->locked || (f->opts.lane == CRIER_FANOUT_LANE_FAST &&
+                           fanout_type_is_slow(f, crier_strbuf_at(&f->strings, e->event_type), now)))
+            continue;
+        crier_rule_event ev = fanout_rule_event(f, i);
+        /* (a recipients function that queries is left to the plan, which
+         * hands its event to the slow lane) */
+        crier_rules_defer_queries(f->rules, f->opts.lane == CRIER_FANOUT_LANE_FAST);
+        (void)crier_rules_batch_recipients(f->rules, &ev, fanout_add_recipient, f);
+    }
+    if (f->settings_cols[SETTINGS_TENANT].count == 0) {
+        fanout_plan_and_write(f);
+        return;
+    }
+    crier_pg_params_reset(&f->params);
+    for (int i = 0; i < N_SETTINGS_PARAMS; i++)
+        crier_pg_params_array(&f->params, &f->settings_cols[i]);
+    fanout_send(f, FANOUT_SETTINGS, SQL_SETTINGS, &f->params);
+}
+
 static void fanout_on_lock(crier_fanout *f, PGresult *res)
 {
     int n = PQntuples(res);
+    bool settings = false;
     for (int i = 0; i < n; i++) {
         fanout_event *e = fanout_find(f, strtoll(PQgetvalue(res, i, LOCKED_EVENT_ID), NULL, 10));
         if (e)
             e->locked = true;
+        settings = settings || PQgetvalue(res, i, LOCKED_HAS_SETTINGS)[0] == 't';
     }
     f->stats.events_skipped_locked += f->n_events - (size_t)n;
+    if (f->batch_settings) { /* (a batch that did not get to its plan) */
+        crier_rules_end_batch(f->rules);
+        f->batch_settings = false;
+    }
+    if (settings) {
+        fanout_load_settings(f);
+        return;
+    }
     fanout_plan_and_write(f);
 }
 
@@ -695,6 +772,12 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         break;
     case FANOUT_LOCK:
         fanout_on_lock(f, res);
+        break;
+    case FANOUT_SETTINGS:
+        if (crier_rules_set_batch_settings(f->rules, res) != 0)
+            crier_warn("fanout", "the stored settings of a batch could not be handed to the rules; it is "
+                                 "planned without them");
+        fanout_plan_and_write(f);
         break;
     case FANOUT_WRITE:
         fanout_on_write(f, res);
@@ -827,6 +910,8 @@ void crier_fanout_free(crier_fanout *f)
     crier_rules_free(f->next_rules);
     for (size_t i = 0; i < N_LOCK_PARAMS; i++)
         crier_pg_array_free(&f->lock_cols[i]);
+    for (size_t i = 0; i < N_SETTINGS_PARAMS; i++)
+        crier_pg_array_free(&f->settings_cols[i]);
     for (size_t i = 0; i < N_WRITE_PARAMS; i++)
         crier_pg_array_free(&f->cols[i]);
     crier_strbuf_free(&f->strings);

@@ -768,16 +768,9 @@ static crier_plan_status failure_status(lua_State *L, char *err, size_t err_len)
     return status_from_code(code);
 }
 
-crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *ev,
-                                   crier_plan *plan, char *err, size_t err_len)
+/* Pushes the Lua table of an event (gen:plan's argument). */
+static void push_event(lua_State *L, const crier_rule_event *ev)
 {
-    lua_State *L = rules->L;
-    int base = lua_gettop(L);
-    crier_plan_status result = CRIER_PLAN_OK;
-    plan_mark mark = plan_mark_take(plan);
-    int status;
-
-    push_method(rules, "plan");
     lua_createtable(L, 0, 5);
     lua_pushnumber(L, (lua_Number)ev->id);
     lua_setfield(L, -2, "id");
@@ -797,6 +790,19 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
         lua_pushnumber(L, ev->slow_after);
         lua_setfield(L, -2, "slow_after");
     }
+}
+
+crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *ev,
+                                   crier_plan *plan, char *err, size_t err_len)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    crier_plan_status result = CRIER_PLAN_OK;
+    plan_mark mark = plan_mark_take(plan);
+    int status;
+
+    push_method(rules, "plan");
+    push_event(L, ev);
 
     plan->next_cursor = NULL;
     plan->limit_exceeded = false;
@@ -837,6 +843,84 @@ crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *e
     }
     lua_settop(L, base);
     return result;
+}
+
+int crier_rules_batch_recipients(crier_rules *rules, const crier_rule_event *ev, crier_rules_recipient_fn fn,
+                                 void *ud)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    int rc = 0;
+
+    push_method(rules, "batch_recipients");
+    push_event(L, ev);
+    rules->query_deferred = false;
+    if (rules_pcall(L, 2, 1) != 0) {
+        crier_warn("rules", "event %lld: its recipients for the stored settings: %s", (long long)ev->id,
+                   lua_tostring(L, -1));
+        rc = -1;
+    } else if (rules->query_deferred) {
+        /* the list came from a query that did not run: forgotten, so that
+         * the plan runs the recipients again, meets the deferral and hands
+         * the event to the slow lane */
+        lua_settop(L, base);
+        push_method(rules, "forget_batch_recipients");
+        push_event(L, ev);
+        if (rules_pcall(L, 2, 0) != 0)
+            crier_warn("rules", "event %lld: forgetting its recipients: %s", (long long)ev->id, lua_tostring(L, -1));
+        rules->query_deferred = false;
+    } else if (lua_istable(L, -1)) {
+        size_t n = lua_objlen(L, -1);
+        for (size_t i = 1; i <= n && rc == 0; i++) {
+            lua_rawgeti(L, -1, (int)i);
+            if (lua_type(L, -1) == LUA_TSTRING)
+                rc = fn(ud, ev->tenant, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, base);
+    return rc;
+}
+
+int crier_rules_set_batch_settings(crier_rules *rules, const PGresult *res)
+{
+    static const char *const columns[] = {"tenant", "recipient_id", "time_zone", "locale", "quiet_hours"};
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    int rows = PQntuples(res), rc = 0;
+    int col[5];
+
+    for (int c = 0; c < 5; c++)
+        if ((col[c] = PQfnumber(res, columns[c])) < 0)
+            return -1;
+    push_method(rules, "set_batch_settings");
+    lua_createtable(L, rows, 0);
+    for (int r = 0; r < rows; r++) {
+        lua_createtable(L, 0, 5);
+        for (int c = 0; c < 5; c++) {
+            if (PQgetisnull(res, r, col[c]))
+                continue;
+            lua_pushlstring(L, PQgetvalue(res, r, col[c]), (size_t)PQgetlength(res, r, col[c]));
+            lua_setfield(L, -2, columns[c]);
+        }
+        lua_rawseti(L, -2, r + 1);
+    }
+    if (rules_pcall(L, 2, 0) != 0) {
+        crier_warn("rules", "stored settings: %s", lua_tostring(L, -1));
+        rc = -1;
+    }
+    lua_settop(L, base);
+    return rc;
+}
+
+void crier_rules_end_batch(crier_rules *rules)
+{
+    lua_State *L = rules->L;
+    int base = lua_gettop(L);
+    push_method(rules, "end_batch");
+    if (rules_pcall(L, 1, 0) != 0)
+        crier_warn("rules", "end of batch: %s", lua_tostring(L, -1));
+    lua_settop(L, base);
 }
 
 crier_plan_status crier_rules_render_digest(crier_rules *rules, const char *input_json, size_t slot,

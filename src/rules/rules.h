@@ -118,6 +118,24 @@ const char *crier_rules_version(const crier_rules *rules);
 crier_plan_status crier_rules_plan(crier_rules *rules, const crier_rule_event *ev,
                                    crier_plan *plan, char *err, size_t err_len);
 
+/* Stored settings for a fan-out batch (crier.recipient_settings: time zone,
+ * locale, quiet hours; lua/crier/runtime.lua, gen:batch_recipients):
+ * crier_rules_batch_recipients runs the rules' recipients of ev (kept for its
+ * crier_rules_plan in the same batch) and calls fn(ud, tenant, recipient_id)
+ * for each distinct recipient (an event whose rule fails gives none: its plan
+ * reports the error); fn returns 0, or -1 to stop. Returns 0, or -1 when the
+ * call failed or fn stopped it (logged). crier_rules_set_batch_settings hands
+ * the stored rows (columns tenant, recipient_id, time_zone, locale,
+ * quiet_hours) to the generation, whose plans apply them until
+ * crier_rules_end_batch; returns 0, or -1 when a column is missing or the call
+ * failed. */
+struct pg_result;
+typedef int (*crier_rules_recipient_fn)(void *ud, const char *tenant, const char *recipient_id);
+int crier_rules_batch_recipients(crier_rules *rules, const crier_rule_event *ev, crier_rules_recipient_fn fn,
+                                 void *ud);
+int crier_rules_set_batch_settings(crier_rules *rules, const struct pg_result *res);
+void crier_rules_end_batch(crier_rules *rules);
+
 /* Renders the message of a digest whose window closed: input_json is what
  * crier.fire_timers returns for it (its rule's event type, channel, recipient
  * and items). Appends one recipient with one delivery to plan (slot as given).

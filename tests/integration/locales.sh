@@ -174,25 +174,20 @@ got = sorted(tuple(json.loads(json.loads(l)["body"]).values()) for l in open(sys
 assert got == [("ann", "3 comments"), ("ola", "3 komentarze"), ("piotr", "3 komentarze")], got
 PY
 
-# ---- a locale stored with crier.set_recipient_settings
-# ENABLE AFTER MERGING tz (issue 15 items 1-2): its fan-out loads
-# crier.recipient_settings.locale into recipient.locale; until then a stored
-# locale is not read. Set CRIER_TEST_STORED_LOCALE=1 (or flip the default) to
-# check that xena, who has no locale in the rules, gets German once she
-# stores "de".
-if [ "${CRIER_TEST_STORED_LOCALE:-0}" = 1 ]; then
-    : >"$RECEIVER_LOG"
-    sql "SELECT crier.set_recipient_settings('acme', 'xena', '{\"locale\": \"de\"}')" >/dev/null
-    "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --set "url=$RECEIVER_URL" \
-        --smtp-url "smtp://127.0.0.1:$port" >"$WORK/serve2.log" 2>&1 &
-    SERVE_PID=$!
-    PIDS+=("$SERVE_PID")
-    one='[{"id": "xena", "email": "xena@acme.test"}]'
-    sql "SELECT crier.emit('acme', 'comments.waiting', 'p2',
-         '{\"post\": \"Roadmap\", \"count\": 1, \"cents\": 500, \"people\": $one}')" >/dev/null
-    wait_for "SELECT count(*) = 2 FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
-              WHERE n.entity_id = 'p2' AND d.state = 'delivered'" 30 "xena's deliveries"
-    stop_serve
-    grep -q '1 neuer Kommentar zu Roadmap' "$RECEIVER_LOG" || fail "stored locale de: $(cat "$RECEIVER_LOG")"
-fi
+# ---- a locale stored with crier.set_recipient_settings: the fan-out loads
+# crier.recipient_settings.locale into recipient.locale, so xena, who has no
+# locale in the rules, gets German once she stores "de".
+: >"$RECEIVER_LOG"
+sql "SELECT crier.set_recipient_settings('acme', 'xena', '{\"locale\": \"de\"}')" >/dev/null
+"$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --set "url=$RECEIVER_URL" \
+    --smtp-url "smtp://127.0.0.1:$port" >"$WORK/serve2.log" 2>&1 &
+SERVE_PID=$!
+PIDS+=("$SERVE_PID")
+one='[{"id": "xena", "email": "xena@acme.test"}]'
+sql "SELECT crier.emit('acme', 'comments.waiting', 'p2',
+     '{\"post\": \"Roadmap\", \"count\": 1, \"cents\": 500, \"people\": $one}')" >/dev/null
+wait_for "SELECT count(*) = 2 FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+          WHERE n.entity_id = 'p2' AND d.state = 'delivered'" 30 "xena's deliveries"
+stop_serve
+grep -q '1 neuer Kommentar zu Roadmap' "$RECEIVER_LOG" || fail "stored locale de: $(cat "$RECEIVER_LOG")"
 echo "ok"

@@ -39,6 +39,10 @@ crier.rule "setter" {
     channels = { "feed" }, feed = { title = "setter" },
 }
 LUA
+# a stored setting makes the fan-out list every event's recipients before its
+# plan (to load their settings): a querying recipients function is deferred
+# there too, and its list forgotten
+sql "SELECT crier.set_recipient_settings('acme', 'zed', '{\"locale\": \"de\"}')" >/dev/null
 "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --batch-size 10 >"$WORK/serve.log" 2>&1 &
 SERVE_PID=$!
 PIDS+=("$SERVE_PID")

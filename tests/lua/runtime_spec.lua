@@ -89,8 +89,8 @@ describe("crier.runtime.new_generation", function()
                 .. "(declare it with crier.event_type \"ghost\" { ... })",
             "/rules/b.lua:1: unexpected symbol near '='",
             "/rules/c.lua:3: rule 'thing': unknown field 'webhok' (expected one of: audience, backfill, "
-                .. "channels, description, discriminator, email, feed, kafka, locale, mode, preferences, recipients, "
-                .. "webhook)",
+                .. "channels, description, discriminator, email, feed, kafka, locale, mode, preferences, quiet_hours, "
+                .. "recipients, webhook)",
             "/rules/c.lua:3: rule 'thing': unknown channel 'sms' (known: email, feed, kafka, webhook)",
             "/rules/d.lua:1: plain failure",
             "/rules/e.lua: (error object is a table value)",

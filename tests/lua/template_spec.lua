@@ -479,7 +479,7 @@ describe("crier.template dates", function()
             render_error("{{ t | date }}", { t = {} }), 1, true)
         local err = compile_error("{{ t | date('%Y %Q') }}")
         assert.are.equal("t:1: date: unknown directive '%Q' in the format (known: %Y %m %d %H %M %S %b %B %a %A "
-            .. "%e %j %y %I %p %F %T %Z %%) (column 8)", err)
+            .. "%e %j %y %I %p %F %T %Z %z %%) (column 8)", err)
         assert.matches("unknown directive '%'", compile_error("{{ t | date('%') }}"), 1, true)
         assert.matches("date: unknown directive '%Q'", render_error("{{ t | date(f) }}", { t = 0, f = "%Q" }), 1, true)
     end)

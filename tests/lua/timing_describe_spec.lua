@@ -25,7 +25,7 @@ describe("crier.timing.describe", function()
             .. "at most 50 items (a full window is sent at once)",
             timing.describe('{"digest":{"key":"comment.created","window":3600,"max_items":50,'
                 .. '"recipient":{"id":"alice"}}}'))
-        assert.are.equal("joins digest d for bo, fixed windows of 1 min 30 s (aligned to the Unix epoch, UTC)",
+        assert.are.equal("joins digest d for bo, fixed windows of 1 min 30 s (aligned to the Unix epoch, in UTC)",
             timing.describe('{"digest":{"key":"d","every":90,"recipient":{"id":"bo"}}}'))
     end)
 
