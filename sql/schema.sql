@@ -142,6 +142,22 @@ CREATE FUNCTION crier.apply_timing() RETURNS integer
     AS $$ … $$; -- the body: sql/functions/apply_timing.sql
 
 --
+-- Name: check_delivery_children(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_delivery_children() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_delivery_children.sql
+
+--
+-- Name: check_delivery_children_row(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_delivery_children_row() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_delivery_children_row.sql
+
+--
 -- Name: check_event_children(); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -670,7 +686,8 @@ CREATE TABLE crier.deliveries (
     timing jsonb,
     digest_id bigint,
     CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text, 'timing'::text, 'held'::text, 'digested'::text])))
-);
+)
+WITH (fillfactor='70');
 
 --
 -- Name: deliveries_id_seq; Type: SEQUENCE; Schema: crier; Owner: -
@@ -1494,6 +1511,18 @@ CREATE INDEX timers_due ON crier.timers USING btree (due_at) WHERE (state = 'pen
 CREATE TRIGGER audience_items_notify AFTER INSERT ON crier.audience_items REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION crier.feed_notify_audiences();
 
 --
+-- Name: deliveries deliveries_check_children_delete; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER deliveries_check_children_delete AFTER DELETE ON crier.deliveries REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION crier.check_delivery_children();
+
+--
+-- Name: deliveries deliveries_check_children_update; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER deliveries_check_children_update AFTER UPDATE OF id ON crier.deliveries FOR EACH ROW WHEN ((old.id IS DISTINCT FROM new.id)) EXECUTE FUNCTION crier.check_delivery_children_row();
+
+--
 -- Name: deliveries deliveries_metrics_insert; Type: TRIGGER; Schema: crier; Owner: -
 --
 
@@ -1591,13 +1620,6 @@ ALTER TABLE ONLY crier.audience_items
 
 ALTER TABLE ONLY crier.deliveries
     ADD CONSTRAINT deliveries_digest_id_fkey FOREIGN KEY (digest_id) REFERENCES crier.digests(id);
-
---
--- Name: delivery_attempts delivery_attempts_delivery_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.delivery_attempts
-    ADD CONSTRAINT delivery_attempts_delivery_id_fkey FOREIGN KEY (delivery_id) REFERENCES crier.deliveries(id);
 
 --
 -- Name: feed_items feed_items_notification_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -

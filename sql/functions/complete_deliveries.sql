@@ -9,7 +9,7 @@
 --     not spend the delivery's schedule).
 -- A result is applied only if the delivery still carries that attempt number
 -- in state 'sending' (the fence against a worker whose lease was taken over);
--- the attempt is recorded either way.
+-- the attempt is recorded either way (after the update, see below).
 -- Endpoint policy: p_pause_after consecutive failures pause an endpoint;
 -- one failing for longer than p_disable_after seconds while paused is
 -- disabled, its waiting deliveries die, and a crier.endpoint.disabled event is
@@ -30,13 +30,6 @@ DECLARE
     v_s_channel text[]; v_s_outcome text[]; v_s_ms double precision[]; v_s_nid bigint[]; v_s_created timestamptz[];
     r record;
 BEGIN
-    INSERT INTO crier.delivery_attempts (delivery_id, attempt, started_at, duration_ms, outcome, status,
-                                         error, response_excerpt)
-    SELECT a.id, a.attempt, to_timestamp(a.started), a.duration, a.outcome, a.status, a.error, a.excerpt
-    FROM unnest(p_id, p_attempt, p_started, p_duration, p_outcome, p_status, p_error, p_excerpt)
-        AS a(id, attempt, started, duration, outcome, status, error, excerpt)
-    ON CONFLICT DO NOTHING;
-
     WITH x AS (
         SELECT a.* FROM unnest(p_id, p_attempt, p_outcome, p_health, p_status, p_error, p_delay, p_probe, p_duration)
             AS a(id, attempt, outcome, health, status, error, delay, probe, duration)
@@ -93,6 +86,15 @@ BEGIN
     IF v_s_channel IS NOT NULL THEN
         PERFORM crier.metrics_sent(v_s_channel, v_s_outcome, v_s_ms, v_s_nid, v_s_created);
     END IF;
+
+    -- The attempts, after the update: the deliveries it changed are locked until commit, so
+    -- a concurrent DELETE of one waits and then meets them (sql/021, check_delivery_children).
+    INSERT INTO crier.delivery_attempts (delivery_id, attempt, started_at, duration_ms, outcome, status,
+                                         error, response_excerpt)
+    SELECT a.id, a.attempt, to_timestamp(a.started), a.duration, a.outcome, a.status, a.error, a.excerpt
+    FROM unnest(p_id, p_attempt, p_started, p_duration, p_outcome, p_status, p_error, p_excerpt)
+        AS a(id, attempt, started, duration, outcome, status, error, excerpt)
+    ON CONFLICT DO NOTHING;
 
     -- Endpoints that answered: healthy again; a paused one resumes and its
     -- parked deliveries are due now.

@@ -329,7 +329,8 @@ static int bench_exec_all(PGconn *conn, const char *const *sqls)
 static int bench_reset_all(PGconn *conn)
 {
     static const char *const sqls[] = {
-        "TRUNCATE crier.events, crier.notifications, crier.deliveries RESTART IDENTITY CASCADE",
+        "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts"
+        " RESTART IDENTITY CASCADE",
         BENCH_TRUNCATE_ENDPOINTS, "DROP TABLE IF EXISTS crier_bench_deliver.snapshot", NULL};
     return bench_exec_all(conn, sqls);
 }
@@ -341,7 +342,7 @@ static int bench_reset_all(PGconn *conn)
 static int bench_restore(PGconn *conn)
 {
     static const char *const sqls[] = {
-        "TRUNCATE crier.deliveries CASCADE",
+        "TRUNCATE crier.deliveries, crier.delivery_attempts CASCADE",
         BENCH_TRUNCATE_ENDPOINTS,
         "INSERT INTO crier.deliveries SELECT * FROM crier_bench_deliver.snapshot",
         "ANALYZE crier.deliveries",

@@ -181,8 +181,8 @@ static int bench_private_cluster(bench_ctx *b)
 static int bench_reset(bench_ctx *b)
 {
     return crier_bench_exec(b->conn, "TRUNCATE crier.events, crier.notifications, crier.deliveries,"
-                                     " crier_bench_pipeline.notifications, crier_bench_pipeline.deliveries"
-                                     " RESTART IDENTITY CASCADE");
+                                     " crier.delivery_attempts, crier_bench_pipeline.notifications,"
+                                     " crier_bench_pipeline.deliveries RESTART IDENTITY CASCADE");
 }
 
 /* Starts w serves and waits for all of them to exit. Returns 0 or -1. */

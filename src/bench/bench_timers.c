@@ -130,7 +130,8 @@ static int bench_reset_all(PGconn *conn)
 {
     static const char *const sqls[] = {
         "TRUNCATE crier.timers, crier.throttle_hits, crier.digests, crier.events, crier.notifications,"
-        " crier.deliveries, crier.endpoints, crier.rules_status RESTART IDENTITY CASCADE",
+        " crier.deliveries, crier.delivery_attempts, crier.endpoints, crier.rules_status"
+        " RESTART IDENTITY CASCADE",
         "INSERT INTO crier.endpoints (tenant, channel, target, state, paused_at, next_probe_at)"
         " VALUES ('" BENCH_TENANT "', 'webhook', '" BENCH_TARGET "', 'paused', now(),"
         " now() + interval '1 year')",
@@ -294,7 +295,8 @@ static int bench_delay_timers(bench_ctx *b, double lead)
              " INSERT INTO crier.timers (key, tenant, kind, due_at, delivery_id)"
              " SELECT crier.timer_key(ARRAY['delay', d.id::text]), d.tenant, 'delay', d.due_at, d.id FROM d",
              lead, b->o.spread, b->o.timers);
-    static const char *const clear[] = {"TRUNCATE crier.timers, crier.deliveries RESTART IDENTITY CASCADE",
+    static const char *const clear[] = {"TRUNCATE crier.timers, crier.deliveries, crier.delivery_attempts"
+                                        " RESTART IDENTITY CASCADE",
                                         NULL};
     static const char *const after[] = {"NOTIFY crier_timers", "COMMIT", "ANALYZE crier.timers",
                                         "ANALYZE crier.deliveries", NULL};

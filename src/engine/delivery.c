@@ -3,7 +3,9 @@
  *
  * Claim: crier.claim_deliveries() turns due rows (pending with due_at passed, or
  * sending with an expired lease) into 'sending' with due_at = now() + lease and
- * attempts + 1, in one autocommit statement. The attempt number is the fencing
+ * attempts + 1, in one autocommit statement — the same statement as the write
+ * of the results waiting, when there are some (SQL_COMPLETE_CLAIM: one commit,
+ * so one WAL flush, for both). The attempt number is the fencing
  * token: a result (or a lease extension) applies only if the row still carries
  * the attempt this worker claimed, so a worker whose lease expired and was
  * reclaimed cannot overwrite the newer claim's outcome.
@@ -29,7 +31,13 @@ const crier_retry_schedule crier_retry_default = {
     .n_delays = 8,
 };
 
-typedef enum { DELIVERY_IDLE = 0, DELIVERY_CLAIMING, DELIVERY_WRITING, DELIVERY_EXTENDING } delivery_state;
+typedef enum {
+    DELIVERY_IDLE = 0,
+    DELIVERY_CLAIMING,
+    DELIVERY_WRITING,
+    DELIVERY_EXTENDING,
+    DELIVERY_WRITING_CLAIMING, /* one statement: write the results, then claim */
+} delivery_state;
 
 enum { COL_ID, COL_ATTEMPT, COL_OUTCOME, COL_HEALTH, COL_STATUS, COL_ERROR, COL_EXCERPT, COL_DELAY,
        COL_STARTED, COL_DURATION, COL_PROBE, N_RESULT_COLS };
@@ -63,11 +71,11 @@ struct crier_delivery {
     crier_delivery_senders senders;
     crier_delivery_options opts;
     delivery_state state;
-    delivery_state last_op; /* the statement before this one: claims and writes alternate */
     bool want_claim;
     bool want_extend;
     bool stopping;
     bool last_empty;
+    int claim_limit; /* the limit of the claim in flight */
     int inflight;
     ev_timer retry;
     ev_timer extend;
@@ -96,10 +104,18 @@ struct crier_delivery {
 static const char delivery_retry_soon[] =
     "the Kafka producer failed fatally and is being replaced; retried shortly";
 
+/* A claim alone commits without waiting for its WAL flush (synchronous_commit
+ * off for its transaction only): the lease is for the other workers, who see
+ * it at once; a claim a crash loses leaves the delivery due, and it is sent
+ * again with the same key, which at-least-once allows after a crash. Results
+ * (SQL_COMPLETE, SQL_COMPLETE_CLAIM) commit durably, and a durable commit
+ * flushes every earlier claim with it. One flush less between a new delivery
+ * and its send. */
 static const char SQL_CLAIM[] =
-    "SELECT id, attempts, channel, message_id, target, body, secret, subject, html, sender,"
-    "       retry_schedule, budget_start, probe"
-    " FROM crier.claim_deliveries($1::int, $2::int, $3::float8)";
+    "SELECT c.id, c.attempts, c.channel, c.message_id, c.target, c.body, c.secret, c.subject, c.html,"
+    "       c.sender, c.retry_schedule, c.budget_start, c.probe"
+    " FROM set_config('synchronous_commit', 'off', true) AS s,"
+    "      crier.claim_deliveries($1::int, $2::int, $3::float8) AS c";
 
 static const char SQL_COMPLETE[] =
     "SELECT applied, delivered, retried, dead, array_to_string(paused, ', '),"
@@ -107,6 +123,24 @@ static const char SQL_COMPLETE[] =
     " FROM crier.complete_deliveries($1::bigint[], $2::int[], $3::text[], $4::text[], $5::int[],"
     "     $6::text[], $7::text[], $8::float8[], $9::float8[], $10::float8[], $11::bool[],"
     "     $12::int, $13::float8, $14::float8)";
+
+/* The results and the next claim in one statement, so one transaction and one
+ * commit (WAL flush) where there were two: complete_deliveries runs first (the
+ * claim is LATERAL to its row), and the claim's statements see what it wrote.
+ * Each row is a claimed delivery (columns as SQL_CLAIM) followed by the
+ * write's summary (as SQL_COMPLETE); when nothing was claimed, one row with
+ * the claim's columns NULL. */
+#define CLAIM_COLS 13
+static const char SQL_COMPLETE_CLAIM[] =
+    "SELECT c.id, c.attempts, c.channel, c.message_id, c.target, c.body, c.secret, c.subject, c.html,"
+    "       c.sender, c.retry_schedule, c.budget_start, c.probe,"
+    "       k.applied, k.delivered, k.retried, k.dead, array_to_string(k.paused, ', '),"
+    "       array_to_string(k.resumed, ', '), array_to_string(k.disabled, ', ')"
+    " FROM crier.complete_deliveries($1::bigint[], $2::int[], $3::text[], $4::text[], $5::int[],"
+    "     $6::text[], $7::text[], $8::float8[], $9::float8[], $10::float8[], $11::bool[],"
+    "     $12::int, $13::float8, $14::float8) AS k"
+    " LEFT JOIN LATERAL crier.claim_deliveries(CASE WHEN k.applied IS NULL THEN $15::int ELSE $15::int END,"
+    "     $16::int, $14::float8) AS c ON true";
 
 static const char SQL_EXTEND[] =
     "UPDATE crier.deliveries AS d SET due_at = now() + make_interval(secs => $3::int)"
@@ -433,15 +467,21 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
     return "unknown channel: no sender for it in this build";
 }
 
+/* The claimed rows of res (a claim's, or the combined statement's, whose row
+ * without a claimed delivery has a NULL id). */
 static void delivery_on_claim(crier_delivery *d, PGresult *res)
 {
-    int n = PQntuples(res);
+    int rows = PQntuples(res), n = 0;
 
+    for (int i = 0; i < rows; i++)
+        n += !PQgetisnull(res, i, 0);
     d->last_empty = n == 0;
-    if (n >= d->opts.batch_size)
+    if (n >= d->claim_limit) /* a full claim: more may be due */
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < rows; i++) {
+        if (PQgetisnull(res, i, 0))
+            continue;
         size_t slot = flight_add(d);
         flight *f = &d->flights[slot];
         f->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
@@ -473,11 +513,14 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res)
     }
 }
 
-static void delivery_on_complete(crier_delivery *d, PGresult *res)
+/* The write's summary: its columns start at base (0 for SQL_COMPLETE,
+ * CLAIM_COLS for SQL_COMPLETE_CLAIM, whose claim then says whether more is
+ * due). */
+static void delivery_on_complete(crier_delivery *d, PGresult *res, int base)
 {
     const char *what[3] = {"paused after failing", "resumed", "disabled after failing too long"};
     for (int k = 0; k < 3; k++) {
-        const char *list = cell(res, 0, 4 + k);
+        const char *list = cell(res, 0, base + 4 + k);
         if (!list || !*list)
             continue;
         if (k == 2)
@@ -495,7 +538,8 @@ static void delivery_on_complete(crier_delivery *d, PGresult *res)
     memmove(d->results, d->results + d->writing, (d->n_results - d->writing) * sizeof *d->results);
     d->n_results -= d->writing;
     d->writing = 0;
-    d->want_claim = true; /* room was made: more may be due */
+    if (base == 0)
+        d->want_claim = true; /* room was made: more may be due */
     if (d->n_results == 0)
         crier_strbuf_reset(&d->text);
 }
@@ -504,7 +548,7 @@ static void delivery_result_cb(void *ud, PGresult *res, const char *err)
 {
     crier_delivery *d = ud;
     delivery_state was = d->state;
-    static const char *names[] = {"idle", "claim", "result write", "lease extension"};
+    static const char *names[] = {"idle", "claim", "result write", "lease extension", "result write and claim"};
 
     d->state = DELIVERY_IDLE;
     if (!res || (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)) {
@@ -514,10 +558,14 @@ static void delivery_result_cb(void *ud, PGresult *res, const char *err)
         delivery_pause(d);
         return;
     }
-    if (was == DELIVERY_CLAIMING)
+    if (was == DELIVERY_CLAIMING) {
         delivery_on_claim(d, res);
-    else if (was == DELIVERY_WRITING)
-        delivery_on_complete(d, res);
+    } else if (was == DELIVERY_WRITING) {
+        delivery_on_complete(d, res, 0);
+    } else if (was == DELIVERY_WRITING_CLAIMING) {
+        delivery_on_complete(d, res, CLAIM_COLS);
+        delivery_on_claim(d, res);
+    }
     delivery_pump(d);
 }
 
@@ -526,7 +574,9 @@ static const char *text_at(crier_delivery *d, size_t off)
     return off == SIZE_MAX ? NULL : crier_strbuf_at(&d->text, off);
 }
 
-static void delivery_write_results(crier_delivery *d)
+/* Writes the queued results; with claim_limit > 0, claims up to that many in
+ * the same statement (SQL_COMPLETE_CLAIM). */
+static void delivery_write_results(crier_delivery *d, int claim_limit)
 {
     static const uint32_t types[N_RESULT_COLS] = {
         CRIER_PG_INT8, CRIER_PG_INT4, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT4, CRIER_PG_TEXT,
@@ -559,9 +609,18 @@ static void delivery_write_results(crier_delivery *d)
     snprintf(d->num_text[2], sizeof d->num_text[2], "%.3f", d->opts.probe_seconds);
     for (int i = 0; i < 3; i++)
         crier_pg_params_text(&d->params, d->num_text[i]);
+    if (claim_limit > 0) {
+        d->want_claim = false;
+        d->claim_limit = claim_limit;
+        snprintf(d->num_text[4], sizeof d->num_text[4], "%d", claim_limit);
+        snprintf(d->num_text[5], sizeof d->num_text[5], "%d", d->opts.lease_seconds);
+        crier_pg_params_text(&d->params, d->num_text[4]);
+        crier_pg_params_text(&d->params, d->num_text[5]);
+    }
     d->writing = d->n_results;
-    d->state = DELIVERY_WRITING;
-    if (crier_pg_query(d->pg, SQL_COMPLETE, &d->params, delivery_result_cb, d) < 0) {
+    d->state = claim_limit > 0 ? DELIVERY_WRITING_CLAIMING : DELIVERY_WRITING;
+    if (crier_pg_query(d->pg, claim_limit > 0 ? SQL_COMPLETE_CLAIM : SQL_COMPLETE, &d->params, delivery_result_cb,
+                       d) < 0) {
         d->writing = 0;
         delivery_pause(d);
     }
@@ -594,31 +653,30 @@ static bool delivery_can_claim(const crier_delivery *d)
     return d->want_claim && !d->stopping && !d->opts.parked && d->opts.max_inflight - d->inflight > 0;
 }
 
-/* Does the next database step on the worker's one connection: write pending
- * results, extend the leases of long sends, claim more if there is room. While
- * both results and claims wait, they alternate, so that new deliveries do not
- * queue behind a stream of result writes. */
+/* Does the next database step on the worker's one connection: extend the
+ * leases of long sends when due; write pending results, claiming more in the
+ * same statement if there is room (one transaction, one commit for both); else
+ * claim alone. */
 static void delivery_pump(crier_delivery *d)
 {
     if (d->state != DELIVERY_IDLE || ev_is_active(&d->retry))
         return;
-    if (d->n_results > 0 && !(d->last_op == DELIVERY_WRITING && delivery_can_claim(d))) {
-        d->last_op = DELIVERY_WRITING;
-        delivery_write_results(d);
-        return;
-    }
     if (d->want_extend && d->inflight > 0) {
         delivery_extend_leases(d);
         return;
     }
     if (d->inflight == 0 && ev_is_active(&d->extend))
         ev_timer_stop(d->loop, &d->extend);
+    int room = d->opts.max_inflight - d->inflight;
+    int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
+    if (d->n_results > 0) {
+        delivery_write_results(d, delivery_can_claim(d) ? limit : 0);
+        return;
+    }
     if (!delivery_can_claim(d))
         return;
-    int room = d->opts.max_inflight - d->inflight;
-    d->last_op = DELIVERY_CLAIMING;
-    int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
     d->want_claim = false;
+    d->claim_limit = limit;
     snprintf(d->num_text[0], sizeof d->num_text[0], "%d", limit);
     snprintf(d->num_text[1], sizeof d->num_text[1], "%d", d->opts.lease_seconds);
     snprintf(d->num_text[2], sizeof d->num_text[2], "%.3f", d->opts.probe_seconds);

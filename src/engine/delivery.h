@@ -4,7 +4,9 @@
  * (webhook, email, kafka), extends the leases of sends still in flight, and
  * writes results back in batches (crier.complete_deliveries: one statement per
  * batch that records every attempt, schedules retries, and keeps endpoint
- * health — pause after a run of failures, probe, resume, disable).
+ * health — pause after a run of failures, probe, resume, disable). When both
+ * results and room for more wait, one statement writes the results and then
+ * claims (one transaction instead of two).
  *
  * Layer: engine (src/engine/), may use pg, rules, channels, base.
  * Calls into: email, kafka, webhook (channels), alloc, log, strbuf (base), pg_array,

@@ -4,7 +4,10 @@
 # statement-level triggers refuse deleting a referenced parent): a fanned-out event and its
 # notification cannot be deleted or renumbered (SQLSTATE 23503, as before); children first,
 # they can; a DELETE that races the fan-out waits for the batch and then fails; and after
-# a fan-out no row lacks its parent.
+# a fan-out no row lacks its parent. Since sql/021 the same holds for delivery_attempts →
+# deliveries (crier.complete_deliveries updates the deliveries before it records their
+# attempts): a delivery with attempts cannot be deleted or renumbered, a DELETE racing the
+# result write waits for it and then fails, and no attempt lacks its delivery.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -77,4 +80,49 @@ wait "$batch" || fail "the racing batch failed: $(cat "$WORK/batch.log")"
 [ "$waited" -ge 1000 ] || fail "the DELETE did not wait for the batch (it returned after $waited ms)"
 note "the DELETE waited $waited ms for the batch, then was refused"
 assert_eq 1 "$(sql "SELECT count(*) FROM crier.notifications WHERE event_id = $race")" "the racing batch's notification"
+# delivery_attempts → deliveries (sql/021). Deliver what is parked: every delivery gets an attempt.
+"$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --set "billing_webhook_url=$RECEIVER_URL" \
+    --exit-when-idle >"$WORK/deliver.log" 2>&1 || fail "serve (delivering): $(tail "$WORK/deliver.log")"
+delivered=$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'delivered'")
+[ "$delivered" -ge 398 ] || fail "expected the parked deliveries delivered, got $delivered"
+assert_eq "$delivered" "$(sql "SELECT count(*) FROM crier.delivery_attempts")" "one attempt per delivery"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.delivery_attempts a WHERE NOT EXISTS
+                    (SELECT 1 FROM crier.deliveries d WHERE d.id = a.delivery_id)")" "attempts without their delivery"
+delivery=$(sql "SELECT min(delivery_id) FROM crier.delivery_attempts")
+expect_23503 "DELETE FROM crier.deliveries WHERE id = $delivery"
+expect_23503 "DELETE FROM crier.deliveries WHERE state = 'delivered'"
+expect_23503 "UPDATE crier.deliveries SET id = -id WHERE id = $delivery"
+assert_eq "$delivered" "$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'delivered'")" \
+    "deliveries after the refused deletes"
+# Attempts first, then the delivery, in one statement: allowed (what crier.retain does).
+sql "WITH a AS (DELETE FROM crier.delivery_attempts WHERE delivery_id = $delivery)
+     DELETE FROM crier.deliveries WHERE id = $delivery" >/dev/null
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.deliveries WHERE id = $delivery")" "the delivery, deleted after its attempts"
+
+# A DELETE racing the result write: crier.complete_deliveries holds the delivery it updated
+# until commit, so the DELETE waits, then finds the attempt and fails.
+sql "SELECT crier.emit('globex', 'invoice.created', 'race2', '{\"invoice_id\": \"race2\", \"amount_cents\": 1, \"currency\": \"USD\"}'::jsonb)" >/dev/null
+"$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --set "billing_webhook_url=$RECEIVER_URL" \
+    --exit-when-idle --no-deliver >"$WORK/race2.log" 2>&1 || fail "serve (race2): $(tail "$WORK/race2.log")"
+claimed=$(sql "SELECT id || ' ' || attempts FROM crier.claim_deliveries(1, 60, 30)")
+[ -n "$claimed" ] || fail "no delivery of race2 to claim"
+read -r rid ratt <<<"$claimed"
+{
+    echo "BEGIN;"
+    echo "SELECT applied FROM crier.complete_deliveries(ARRAY[$rid]::bigint[], ARRAY[$ratt], ARRAY['delivered'],
+          ARRAY['ok'], ARRAY[204], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[0]::float8[],
+          ARRAY[extract(epoch FROM now())]::float8[], ARRAY[1]::float8[], ARRAY[false], 20, 432000, 30);"
+    sleep 2
+    echo "COMMIT;"
+} | psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/complete.log" 2>&1 &
+writer=$!
+sleep 0.5
+start=$(date +%s%N)
+expect_23503 "DELETE FROM crier.deliveries WHERE id = $rid"
+waited=$((($(date +%s%N) - start) / 1000000))
+wait "$writer" || fail "the racing result write failed: $(cat "$WORK/complete.log")"
+[ "$waited" -ge 1000 ] || fail "the DELETE did not wait for the result write (it returned after $waited ms)"
+note "the DELETE waited $waited ms for the result write, then was refused"
+assert_eq "1 delivered" "$(sql "SELECT (SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id = $rid) || ' ' || state
+                                FROM crier.deliveries WHERE id = $rid")" "the raced delivery and its attempt"
 echo "ok"

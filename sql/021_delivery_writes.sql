@@ -1,0 +1,21 @@
+-- 021_delivery_writes.sql — cheaper writes on the delivery path (issue 12, item 3;
+-- docs/BENCHMARKS.md, "crier bench deliver", what the time went to).
+--
+-- 1. delivery_attempts.delivery_id → deliveries.id was a foreign key: PostgreSQL checked it
+--    with one query per inserted attempt, which also locked the delivery FOR KEY SHARE (a WAL
+--    record per row) — a row that crier.complete_deliveries updates in the same transaction
+--    anyway. Its only writer (crier.complete_deliveries) now updates the deliveries of the
+--    batch before it records their attempts, so it holds them locked as the key did.
+--    Deleting a delivery that attempts refer to (or changing its id) stays refused with
+--    SQLSTATE 23503 (functions/check_delivery_children.sql, one set-based check per
+--    statement); crier.retain deletes the attempts first, in the same statement. Not checked
+--    any more: an attempt inserted by hand for a missing delivery, and TRUNCATE of
+--    crier.deliveries alone (name crier.delivery_attempts with it: TRUNCATE … CASCADE no
+--    longer reaches it). tests/integration/fanout_references.sh tries each.
+-- 2. A delivery row is rewritten twice (the claim, the result) and both change columns that
+--    indexes name, so neither update is HOT. With full pages the new version goes to another
+--    page: PostgreSQL then logs a lock of the old tuple besides the update, the whole new
+--    tuple, and an extra full-page image. Pages filled to 70% at insert keep the new
+--    versions on their page. Applies to pages written from now on.
+ALTER TABLE crier.delivery_attempts DROP CONSTRAINT delivery_attempts_delivery_id_fkey;
+ALTER TABLE crier.deliveries SET (fillfactor = 70);
