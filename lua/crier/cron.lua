@@ -230,6 +230,67 @@ function M.next_utc(spec, after)
     return nil
 end
 
+-- The UTC instant of local wall-clock time `wall` (Unix seconds as if the
+-- wall clock were UTC) in zone: the instant itself when the time occurs once;
+-- the first of the two when it occurs twice (clocks set back); the jump when
+-- the clocks skip it (set forward) — the rules crier.cron_local_instant
+-- follows in SQL. Assumes at most one change of offset within a day of it.
+local function local_instant(tz, zone, wall)
+    local before = tz.at(zone, wall - 86400)
+    local after = tz.at(zone, wall + 86400)
+    local best
+    for _, o in ipairs({ before, after }) do
+        local u = wall - o
+        if tz.at(zone, u) == o and (not best or u < best) then
+            best = u
+        end
+    end
+    if best then
+        return best
+    end
+    -- skipped: the first instant whose offset is the later one (the jump)
+    local lo, hi = wall - after, wall - before
+    while lo < hi do
+        local mid = floor((lo + hi) / 2)
+        if tz.at(zone, mid) == after then
+            hi = mid
+        else
+            lo = mid + 1
+        end
+    end
+    return lo
+end
+
+-- cron.next_in_zone(spec, zone, after): the first occurrence strictly after
+-- `after` (Unix seconds) of spec on zone's wall clock (the system's tz
+-- database, crier.tz), as a UTC instant; nil when there is none within 8
+-- years; nil, err for a zone the database does not have. crier check uses
+-- it; the daemon computes the same in SQL (tests/vectors/cron.tsv pins both).
+function M.next_in_zone(spec, zone, after)
+    if zone == "UTC" then
+        return M.next_utc(spec, after)
+    end
+    local tz = require "crier.tz"
+    local ok, err = tz.check(zone)
+    if not ok then
+        return nil, err
+    end
+    -- from a little before the local time of `after`: clocks set back can
+    -- give a later instant an earlier wall-clock time
+    local wall = floor(after) + tz.at(zone, floor(after)) - 3 * 3600
+    for _ = 1, 100000 do
+        wall = M.next_utc(spec, wall)
+        if not wall then
+            return nil
+        end
+        local u = local_instant(tz, zone, wall)
+        if u > after then
+            return u
+        end
+    end
+    return nil
+end
+
 -- cron.format_utc(t): Unix seconds as "YYYY-MM-DDTHH:MM:SSZ".
 function M.format_utc(t)
     local days = floor(t / 86400)

@@ -336,20 +336,15 @@ end
 
 -- gen:describe_schedules(now): the schedules as text for crier check, one
 -- line each: name, file:line, cron, zone, tenants, event type, catch-up and
--- the next occurrence after now (Unix seconds) — computed here for UTC; in
--- another zone the daemon's database computes it (crier status shows it).
+-- the next occurrence after now (Unix seconds), in UTC, computed on the
+-- schedule's wall clock with the system's tz database (crier.cron.next_in_zone).
 -- "" when there are none.
 function Generation:describe_schedules(now)
     local cron = require "crier.cron"
     local lines = {}
     for _, sc in ipairs(self:schedules()) do
-        local nxt
-        if sc.time_zone == "UTC" then
-            local t = cron.next_utc(assert(cron.parse(sc.cron)), floor(tonumber(now) or 0))
-            nxt = t and cron.format_utc(t) or "none within 8 years"
-        else
-            nxt = "in " .. sc.time_zone .. " (crier status shows it)"
-        end
+        local t, err = cron.next_in_zone(assert(cron.parse(sc.cron)), sc.time_zone, floor(tonumber(now) or 0))
+        local nxt = t and cron.format_utc(t) or err or "none within 8 years"
         lines[#lines + 1] = format("schedule %s (%s): %q in %s for %s -> %s, catch_up %s; next: %s", sc.name,
             sc.where, sc.cron, sc.time_zone, concat(sc.tenants, ", "), sc.event_type, sc.catch_up, nxt)
     end
