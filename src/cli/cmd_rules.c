@@ -3,7 +3,9 @@
  * print the fan-out plan, touching nothing). */
 #include "cli.h"
 #include "database.h"
+#include "json_writer.h"
 #include "keys.h"
+#include "log.h"
 #include "migrate.h"
 #include "rules_query.h"
 
@@ -74,8 +76,9 @@ static const char try_help[] =
     "\n"
     "Runs one event through the rules and prints the plan: recipients, channels,\n"
     "notification keys, rendered subjects and bodies, retry schedules, whether\n"
-    "stored preferences would suppress a delivery, and its timing in words (delay, quiet hours,\n"
-    "throttle, digest). Changes nothing: the rules'\n"
+    "stored preferences would suppress a delivery, and its timing in words (delay,\n"
+    "quiet hours, throttle, digest); people's stored time zone, locale and quiet\n"
+    "hours apply as in crier serve. Changes nothing: the rules'\n"
     "queries (crier.query, crier.pages) run read-only in transactions that are\n"
     "rolled back. A database is used when one is configured (--database,\n"
     "CRIER_DATABASE_URL) or the embedded one exists; try never creates one. With\n"
@@ -173,6 +176,44 @@ static int try_parse_event(const crier_cli *cli, const char *text, try_event *ev
 out:
     lua_close(L);
     return rc;
+}
+
+/* crier_rules_batch_recipients' callback: the recipient ids as a JSON array. */
+static int try_add_recipient(void *ud, const char *tenant, const char *recipient_id)
+{
+    crier_json_buf *ids = ud;
+    (void)tenant;
+    crier_json_buf_puts(ids, ids->len > 1 ? "," : "");
+    crier_json_buf_string(ids, recipient_id);
+    return 0;
+}
+
+/* The people's stored settings (time zone, locale, quiet hours:
+ * crier.recipient_settings) for the plan, as crier serve's fan-out loads them:
+ * the rules list the event's recipients, one read-only statement reads their
+ * rows, the rules apply them (they win over the rules' fields). A failure
+ * is a warning: the plan is then made without them. */
+static void try_load_settings(crier_rules *rules, crier_rules_query *q, const crier_rule_event *rev)
+{
+    static const char sql[] =
+        "SELECT tenant, recipient_id, time_zone, locale, quiet_hours::text AS quiet_hours"
+        " FROM crier.recipient_settings"
+        " WHERE tenant = $1 AND recipient_id IN (SELECT jsonb_array_elements_text($2::jsonb))";
+    crier_json_buf ids = {0};
+    char err[512];
+    crier_json_buf_puts(&ids, "[");
+    (void)crier_rules_batch_recipients(rules, rev, try_add_recipient, &ids);
+    crier_json_buf_puts(&ids, "]");
+    const char *values[2] = {rev->tenant, ids.data};
+    PGresult *res = crier_rules_query_run(q, sql, 2, values, err, sizeof err);
+    crier_json_buf_free(&ids);
+    if (!res) {
+        crier_warn("try", "the recipients' stored settings could not be read (%s); planned without them", err);
+        return;
+    }
+    if (crier_rules_set_batch_settings(rules, res) != 0)
+        crier_warn("try", "the recipients' stored settings could not be handed to the rules; planned without them");
+    PQclear(res);
 }
 
 /* Whether stored preferences would suppress a delivery (the engine's rule, in
@@ -409,7 +450,11 @@ int crier_cmd_try(int argc, char **argv)
     }
     crier_rule_event rev = {.id = 0, .tenant = ev.tenant, .event_type = ev.type, .entity_id = ev.entity,
                             .payload_json = ev.payload, .cursor = ev.cursor, .slot = 0};
-    if (crier_rules_plan(rules, &rev, &plan, err, sizeof err) != CRIER_PLAN_OK) {
+    if (prefs && !ev.queries)
+        try_load_settings(rules, prefs, &rev);
+    crier_plan_status planned = crier_rules_plan(rules, &rev, &plan, err, sizeof err);
+    crier_rules_end_batch(rules);
+    if (planned != CRIER_PLAN_OK) {
         crier_cli_error("try", "%s", err);
         goto out;
     }

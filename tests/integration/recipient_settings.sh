@@ -33,4 +33,22 @@ refused '{"quiet_hours": [{"from": "22:00", "to": "22:00"}]}' "is empty"
 refused '{"quiet_hours": [{"from": "22:00", "to": "07:00", "days": ["monday"]}]}' 'is not one of'
 refused '{"time_zone": "UTC", "quiet_hours": [{"from": "1:00", "to": "07:00"}]}' '"from" must be a local time'
 assert_eq "$before" "$(sql "SELECT row_to_json(s)::text FROM crier.recipient_settings s")" "refused calls changed nothing"
+
+# crier try plans with the stored settings, as crier serve does: ann's stored
+# zone renders her date, bob has none (UTC)
+mkdir -p "$WORK/rules"
+cat >"$WORK/rules/rules.lua" <<'LUA'
+local crier = require "crier"
+crier.event_type "meeting" { payload = { at = "string" } }
+crier.rule "meeting" {
+    recipients = { "ann", "bob" },
+    channels = { "feed" },
+    feed = { title = "starts {{ payload.at | date('%H:%M %Z') }}" },
+}
+LUA
+sql "SELECT crier.set_recipient_settings('acme', 'ann', '{\"time_zone\": \"America/Los_Angeles\"}')" >/dev/null
+printf '{"tenant": "acme", "type": "meeting", "entity_id": "m1", "payload": {"at": "2026-12-03T09:00:00Z"}}' >"$WORK/event.json"
+out=$("$CRIER_BIN" try --rules "$WORK/rules" "$WORK/event.json" 2>&1) || fail "crier try: $out"
+echo "$out" | grep -q "starts 01:00 PST" || fail "ann's stored zone in crier try: $out"
+echo "$out" | grep -q "starts 09:00 UTC" || fail "bob without a zone: $out"
 echo "ok"
