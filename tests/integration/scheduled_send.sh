@@ -60,7 +60,7 @@ kill -9 "$W1"
 wait "$W1" 2>/dev/null || true
 ping_serve w3 "$RECEIVER_URL"
 wait_for "SELECT count(*) = 3 FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
-          WHERE n.entity_id LIKE 's%' AND d.state = 'delivered'" 20 "scheduled events not delivered"
+          WHERE n.entity_id LIKE 's%' AND d.state = 'delivered'" 40 "scheduled events not delivered"
 sleep 1
 assert_eq 4 "$(requests_at "$RECEIVER_LOG")" "each scheduled event sent once"
 receiver_ids >"$WORK/ids"
