@@ -27,6 +27,8 @@ static const char dead_help[] =
     "Kafka key), an event is fanned out again (notifications that exist are not\n"
     "created twice), and a disabled endpoint of a replayed delivery is enabled.\n"
     "Replaying twice, or something that meanwhile succeeded, sends nothing twice.\n"
+    "replay takes what was dead when it started (without --until): a letter that\n"
+    "dies again while it runs waits for the next replay.\n"
     "\n"
     "filters:\n"
     "  --tenant T         only this tenant\n"
@@ -190,9 +192,28 @@ static void dead_progress(bool tty, const char *what, long long done, long long 
     fflush(stderr);
 }
 
-static int dead_replay(PGconn *conn, const dead_args *a)
+static int dead_replay(PGconn *conn, const dead_args *given)
 {
-    PGresult *res = dead_exec(conn, SQL_COUNT, a, NULL);
+    /* Only what was dead when the command started: replaying runs in chunks,
+     * and a letter that dies again meanwhile (a rule that still fails) must
+     * not be replayed a second time by a later chunk. */
+    dead_args args = *given;
+    const dead_args *a = &args;
+    PGresult *res;
+    if (!args.filter[F_UNTIL]) {
+        res = PQexec(conn, "SELECT now()::text");
+        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+            crier_cli_error("dead", "cannot read the database's clock: %s", PQresultErrorMessage(res));
+            PQclear(res);
+            return 1;
+        }
+        snprintf(args.until, sizeof args.until, "%s", PQgetvalue(res, 0, 0));
+        args.filter[F_UNTIL] = args.until;
+        PQclear(res);
+    }
+    if (args.filter[F_SINCE])
+        args.filter[F_SINCE] = args.since;
+    res = dead_exec(conn, SQL_COUNT, a, NULL);
     if (!res)
         return 1;
     long long deliveries = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
