@@ -127,7 +127,8 @@ assert_eq 8 "$got" "Prometheus answers $q (log: $(tail -3 "$WORK/prometheus.log"
 
 # The counters of database backends that are gone are folded into shard 0 by
 # the next worker's heartbeat, their totals kept.
-totals="SELECT string_agg(metric || label1 || value1 || label2 || value2 || '=' || v, ' ' ORDER BY 1)
+totals="SELECT string_agg(metric || label1 || value1 || label2 || value2 || '=' || round(v::numeric, 6), ' '
+                  ORDER BY metric, label1, value1, label2, value2)
         FROM (SELECT metric, label1, value1, label2, value2, sum(value) AS v FROM crier.metric_counters
               GROUP BY 1, 2, 3, 4, 5) s"
 before=$(sql "$totals")
