@@ -16,6 +16,7 @@
 local type, tonumber, ipairs, format = type, tonumber, ipairs, string.format
 local match, gmatch, lower, upper, floor = string.match, string.gmatch, string.lower, string.upper, math.floor
 local concat = table.concat
+local calendar = require "crier.calendar"
 
 local M = {}
 
@@ -160,29 +161,7 @@ function M.parse(expr)
     return spec
 end
 
--- Days since 1970-01-01 of a civil date, and back (proleptic Gregorian).
-local function days_from_civil(y, m, d)
-    y = m <= 2 and y - 1 or y
-    local era = floor(y / 400)
-    local yoe = y - era * 400
-    local mp = (m + 9) % 12
-    local doy = floor((153 * mp + 2) / 5) + d - 1
-    local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
-    return era * 146097 + doe - 719468
-end
-
-local function civil_from_days(z)
-    z = z + 719468
-    local era = floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-    local y = yoe + era * 400
-    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-    local mp = floor((5 * doy + 2) / 153)
-    local d = doy - floor((153 * mp + 2) / 5) + 1
-    local m = mp < 10 and mp + 3 or mp - 9
-    return m <= 2 and y + 1 or y, m, d
-end
+local days_from_civil, civil_from_days = calendar.days_from_civil, calendar.civil_from_days
 
 local function day_matches(spec, y, m, d, days)
     if not spec.months[m] then

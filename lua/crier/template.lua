@@ -89,6 +89,7 @@
 
 local json = require "crier.json"
 local locale = require "crier.locale"
+local calendar = require "crier.calendar"
 local tz = require "crier.tz"
 
 local byte, find, format, gmatch, gsub, lower, match, rep, sub, upper = string.byte, string.find, string.format,
@@ -229,39 +230,13 @@ local function trim_space(s)
 end
 
 ---------------------------------------------------------------------------
--- Dates: proleptic Gregorian calendar in UTC (H. Hinnant's day algorithms).
+-- Dates: proleptic Gregorian calendar in UTC (crier.calendar).
 
-local function days_from_civil(y, m, d)
-    if m <= 2 then
-        y = y - 1
-    end
-    local era = floor(y / 400)
-    local yoe = y - era * 400
-    local mp = (m + 9) % 12
-    local doy = floor((153 * mp + 2) / 5) + d - 1
-    local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
-    return era * 146097 + doe - 719468
-end
-
-local function civil_from_days(z)
-    z = z + 719468
-    local era = floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-    local mp = floor((5 * doy + 2) / 153)
-    local d = doy - floor((153 * mp + 2) / 5) + 1
-    local m = mp < 10 and mp + 3 or mp - 9
-    local y = yoe + era * 400
-    if m <= 2 then
-        y = y + 1
-    end
-    return y, m, d
-end
+local days_from_civil, civil_from_days = calendar.days_from_civil, calendar.civil_from_days
 
 -- template.days_from_civil(y, m, d) -> days since 1970-01-01, and
 -- template.civil_from_days(days) -> y, m, d: the calendar the date filter
--- uses, for other modules that compute UTC dates (crier.testing's clock).
+-- uses (crier.calendar's; kept here for callers of crier.template).
 template.days_from_civil = days_from_civil
 template.civil_from_days = civil_from_days
 

@@ -30,7 +30,6 @@
 local crier = require "crier"
 local json = require "crier.json"
 local runtime = require "crier.runtime"
-local template = require "crier.template"
 local nginx = require "crier.nginx"
 local timing = require "crier.timing"
 local tz = require "crier.tz"
@@ -1017,7 +1016,8 @@ local EMIT_FIELDS = { type = true, tenant = true, entity_id = true, payload = tr
 
 -- Days since 1970-01-01 of a proleptic Gregorian date, and back: the
 -- date filter's calendar (plain arithmetic, no os.time: local time).
-local days_from_civil, civil_from_days = template.days_from_civil, template.civil_from_days
+local calendar = require "crier.calendar"
+local days_from_civil, civil_from_days = calendar.days_from_civil, calendar.civil_from_days
 
 local MIN_TIME, MAX_TIME = 0, days_from_civil(10000, 1, 1) * 86400 * US - 1
 

@@ -9,6 +9,7 @@
 
 local byte, find, format, match, sub = string.byte, string.find, string.format, string.match, string.sub
 local floor = math.floor
+local calendar = require "crier.calendar"
 local type, tonumber, error, ipairs, open = type, tonumber, error, ipairs, io.open
 
 local tz = {}
@@ -29,26 +30,10 @@ function tz.set_directory(path)
     cache, cache_error = {}, {}
 end
 
--- Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant).
-local function days_from_civil(y, m, d)
-    if m <= 2 then
-        y = y - 1
-    end
-    local era = floor(y / 400)
-    local yoe = y - era * 400
-    local doy = floor((153 * ((m + 9) % 12) + 2) / 5) + d - 1
-    return era * 146097 + yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy - 719468
-end
+local days_from_civil = calendar.days_from_civil
 
 local function year_of(secs)
-    local z = floor(secs / 86400) + 719468
-    local era = floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-    local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-    local mp = floor((5 * doy + 2) / 153)
-    local y = yoe + era * 400
-    return mp >= 10 and y + 1 or y
+    return (calendar.civil_from_days(floor(secs / 86400)))
 end
 
 local function is_leap(y)
