@@ -790,6 +790,17 @@ end
 -- ({ tenant, recipient_id, time_zone?, locale?, quiet_hours? (JSON text) });
 -- gen:plan applies them (they win over the rules' fields) until
 -- gen:end_batch() forgets the batch.
+-- The batch's state (gen:batch_recipients' lists, gen:set_batch_settings'
+-- rows), made on first use and dropped by gen:end_batch.
+local function batch_state(self)
+    local batch = self.batch
+    if not batch then
+        batch = { lists = {}, settings = {} }
+        self.batch = batch
+    end
+    return batch
+end
+
 -- gen:forget_batch_recipients(event): drops the list gen:batch_recipients
 -- kept for event (its recipients function met a query deferred to the slow
 -- lane: the list is not the event's).
@@ -822,11 +833,7 @@ function Generation:batch_recipients(event)
     if not ok or not is_list(list) then
         return ids
     end
-    local batch = self.batch
-    if not batch then
-        batch = { lists = {}, settings = {} }
-        self.batch = batch
-    end
+    local batch = batch_state(self)
     batch.lists[batch_key(event)] = { list = list, next_cursor = next_cursor }
     local seen = {}
     for i = 1, #list do
@@ -847,11 +854,7 @@ function Generation:set_batch_settings(rows)
     if type(rows) ~= "table" then
         error("gen:set_batch_settings: rows must be a list, got " .. type(rows), 2)
     end
-    local batch = self.batch
-    if not batch then
-        batch = { lists = {}, settings = {} }
-        self.batch = batch
-    end
+    local batch = batch_state(self)
     for _, row in ipairs(rows) do
         local quiet = row.quiet_hours
         if type(quiet) == "string" then
