@@ -537,11 +537,6 @@ static void fanout_plan_and_write(crier_fanout *f)
         }
         planned++;
         crier_rule_event ev = fanout_rule_event(f, i);
-        /* the fast lane runs on crier serve's main loop: a rule's query (a
-         * round trip, a page of a large audience, a slow statement) would
-         * stall every other worker there, so such events are planned in the
-         * slow lane's thread, where waiting stalls nothing else */
-        crier_rules_defer_queries(f->rules, f->opts.lane == CRIER_FANOUT_LANE_FAST);
         crier_plan_status st = crier_rules_plan(f->rules, &ev, &f->plan, err, sizeof err);
         bool over_limit = st == CRIER_PLAN_RULE_ERROR && f->plan.limit_exceeded;
         if (st == CRIER_PLAN_SLOW || (over_limit && f->opts.lane == CRIER_FANOUT_LANE_FAST)) {
@@ -672,8 +667,7 @@ static void fanout_load_settings(crier_fanout *f)
             continue;
         crier_rule_event ev = fanout_rule_event(f, i);
         /* (a recipients function that queries is left to the plan, which
-         * hands its event to the slow lane) */
-        crier_rules_defer_queries(f->rules, f->opts.lane == CRIER_FANOUT_LANE_FAST);
+         * hands its event to the slow lane: fanout_take_rules) */
         (void)crier_rules_batch_recipients(f->rules, &ev, fanout_add_recipient, f);
     }
     if (f->settings_cols[SETTINGS_TENANT].count == 0) {
@@ -808,6 +802,17 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
     }
 }
 
+/* Makes rules the generation this worker plans with. The fast lane runs on
+ * crier serve's main loop: a rule's query (a round trip, a page of a large
+ * audience, a slow statement) would stall every other worker there, so its
+ * generation defers queries and such events are planned in the slow lane's
+ * thread, where waiting stalls nothing else. */
+static void fanout_take_rules(crier_fanout *f, crier_rules *rules)
+{
+    f->rules = rules;
+    crier_rules_defer_queries(rules, f->opts.lane == CRIER_FANOUT_LANE_FAST);
+}
+
 /* Starts a batch if one is wanted and none is running. */
 static void fanout_step(crier_fanout *f)
 {
@@ -815,7 +820,7 @@ static void fanout_step(crier_fanout *f)
         return;
     if (f->next_rules) {
         crier_rules_free(f->rules);
-        f->rules = f->next_rules;
+        fanout_take_rules(f, f->next_rules);
         f->next_rules = NULL;
         crier_info("fanout", "now using rules version %.12s", crier_rules_version(f->rules));
     }
@@ -832,12 +837,12 @@ crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *
         return NULL;
     f->loop = loop;
     f->pg = pg;
-    f->rules = rules;
     f->opts.batch_size = opts && opts->batch_size > 0 ? opts->batch_size : 500;
     f->opts.max_attempts = opts && opts->max_attempts > 0 ? opts->max_attempts : 5;
     f->opts.lane = opts ? opts->lane : CRIER_FANOUT_LANE_FAST;
     f->opts.slow_after = opts && opts->slow_after > 0 ? opts->slow_after : 0.1;
     f->opts.batch_budget = opts && opts->batch_budget > 0 ? opts->batch_budget : 2.0;
+    fanout_take_rules(f, rules);
     f->committed = committed;
     f->committed_ud = ud;
     ev_timer_init(&f->retry, fanout_retry_cb, 1.0, 0.);
