@@ -22,7 +22,8 @@ assert_eq "each=registered/0/0 latest=registered/0/0" "$(fire "$EACH,$LATEST")" 
 assert_eq t "$(sql "SELECT bool_and(next_occurrence > created_at AND last_occurrence IS NULL) FROM crier.schedules")" \
     "a new schedule starts from now"
 assert_eq "" "$(fire "$EACH,$LATEST")" "nothing due yet"
-assert_eq t "$(sql "SELECT crier.schedules_next('[$EACH,$LATEST]') > now()")" "the next wake-up is the next occurrence"
+assert_eq t "$(sql "SELECT crier.schedules_next('[$EACH,$LATEST]') = (SELECT min(next_occurrence) FROM crier.schedules)")" \
+    "the next wake-up is the next occurrence (compared with the rows: under load it may already be past)"
 
 # 20 s of down time: 10 occurrences missed
 # (on the */2 grid: even seconds)
