@@ -74,6 +74,10 @@ bool crier_fanout_idle(const crier_fanout *f);
 /* True when no batch is in flight. */
 bool crier_fanout_between_batches(const crier_fanout *f);
 
+/* True when a batch holds claimed events (past its claim, not yet committed
+ * or rolled back). */
+bool crier_fanout_holds_events(const crier_fanout *f);
+
 /* The number of events the batch in flight claimed (0 between batches), for
  * the worker's heartbeat. */
 int crier_fanout_in_flight(const crier_fanout *f);

@@ -78,4 +78,20 @@ fi
 
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" || fail "crier serve exited with an error"
+
+# A backlog analyzed while pending (autovacuum analyzes a big insert): once it
+# is drained the daemon must fall asleep, not claim on and on (once, claims
+# that walked the primary key past every done event outlasted the 2-ms awake
+# tick, each tick kicked the claim in flight again, and the daemon spun for as
+# long as the statistics stayed stale).
+note "a drained backlog of 8000 events, analyzed while pending: the daemon falls asleep"
+sql "SELECT count(crier.emit('acme', 'invoice.created', 'b_' || g,
+         jsonb_build_object('invoice_id', 'b_' || g, 'amount_cents', 1, 'currency', 'EUR')))
+     FROM generate_series(1, 8000) g" >/dev/null
+sql "ANALYZE crier.events" >/dev/null
+start_serve drain --poll 30 --sleep-after 20ms --no-deliver
+wait_for "SELECT count(*) = 0 FROM crier.events WHERE state = 'pending'" 120 "the backlog was not drained in 120 s"
+wait_for "$asleep" 5 "the daemon did not fall asleep within 5 s of draining the backlog"
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID" || fail "crier serve exited with an error"
 echo "ok"
