@@ -110,8 +110,12 @@ end
 
 -- json.quote(s): s as the contents of a JSON string literal, without the
 -- surrounding quotes. Bytes >= 0x80 pass through unchanged.
+local NEEDS_ESCAPE = '[%z\1-\31"\\]'
 function json.quote(s)
-    return (gsub(s, '[%z\1-\31"\\]', escapes))
+    if not find(s, NEEDS_ESCAPE) then
+        return s
+    end
+    return (gsub(s, NEEDS_ESCAPE, escapes))
 end
 local quote = json.quote
 
@@ -119,13 +123,38 @@ local quote = json.quote
 -- entry points catch them and return nil, message.
 local failure_mt = {}
 
-local function fail(path, msg)
-    error(setmetatable({ message = "json.encode: " .. msg .. " at " .. path }, failure_mt), 0)
+-- The encoder's position, kept as one segment per nesting level (a key or
+-- an index) and spelled out ("$.body.when[2]") only when encoding fails: most
+-- values are encoded without an error, and building every value's path cost
+-- more than the encoding itself.
+local segments = {}
+
+local function fail(depth, msg)
+    local parts = { "$" }
+    for i = 1, depth do
+        local seg = segments[i]
+        parts[#parts + 1] = type(seg) == "number" and "[" .. seg .. "]" or "." .. seg
+    end
+    error(setmetatable({ message = "json.encode: " .. msg .. " at " .. concat(parts) }, failure_mt), 0)
+end
+
+-- '"name":' for object keys, which repeat from value to value (bounded).
+local key_texts, n_key_texts = {}, 0
+local function key_text(name)
+    local t = key_texts[name]
+    if not t then
+        t = '"' .. quote(name) .. '":'
+        if n_key_texts >= 4096 then
+            key_texts, n_key_texts = {}, 0
+        end
+        key_texts[name], n_key_texts = t, n_key_texts + 1
+    end
+    return t
 end
 
 local encode_value
 
-local function encode_array(t, n, out, path, depth, seen)
+local function encode_array(t, n, out, depth, seen)
     out[#out + 1] = "["
     for i = 1, n do
         if i > 1 then
@@ -135,12 +164,13 @@ local function encode_array(t, n, out, path, depth, seen)
         if v == nil then
             v = null
         end
-        encode_value(v, out, path .. "[" .. i .. "]", depth, seen)
+        segments[depth] = i
+        encode_value(v, out, depth, seen)
     end
     out[#out + 1] = "]"
 end
 
-local function encode_table(t, out, path, depth, seen)
+local function encode_table(t, out, depth, seen)
     if t == null then
         out[#out + 1] = "null"
         return
@@ -149,12 +179,13 @@ local function encode_table(t, out, path, depth, seen)
         return
     end
     if seen[t] then
-        fail(path, "table contains itself")
+        fail(depth, "table contains itself")
     end
     if depth >= json.max_depth then
-        fail(path, "nesting deeper than " .. json.max_depth)
+        fail(depth, "nesting deeper than " .. json.max_depth)
     end
     seen[t] = true
+    local outer = depth
     depth = depth + 1
 
     local marked = getmetatable(t) == array_mt
@@ -172,11 +203,11 @@ local function encode_table(t, out, path, depth, seen)
 
     if marked then
         if not all_index then
-            fail(path, "array marked with json.array has a non-index key")
+            fail(outer, "array marked with json.array has a non-index key")
         end
-        encode_array(t, max, out, path, depth, seen)
+        encode_array(t, max, out, depth, seen)
     elseif n > 0 and all_index and max == n then
-        encode_array(t, n, out, path, depth, seen)
+        encode_array(t, n, out, depth, seen)
     else
         local keys, by_name = {}, {}
         for k, v in pairs(t) do
@@ -187,13 +218,13 @@ local function encode_table(t, out, path, depth, seen)
             elseif kt == "number" then
                 name = format_number(k)
                 if not name then
-                    fail(path, "cannot encode key " .. tostring(k))
+                    fail(outer, "cannot encode key " .. tostring(k))
                 end
             else
-                fail(path, "cannot encode a " .. kt .. " key")
+                fail(outer, "cannot encode a " .. kt .. " key")
             end
             if by_name[name] ~= nil then
-                fail(path, "two keys encode as \"" .. name .. "\"")
+                fail(outer, "two keys encode as \"" .. name .. "\"")
             end
             by_name[name] = v
             keys[#keys + 1] = name
@@ -205,32 +236,36 @@ local function encode_table(t, out, path, depth, seen)
             if i > 1 then
                 out[#out + 1] = ","
             end
-            out[#out + 1] = '"' .. quote(name) .. '":'
-            encode_value(by_name[name], out, path .. "." .. name, depth, seen)
+            out[#out + 1] = key_text(name)
+            segments[depth] = name
+            encode_value(by_name[name], out, depth, seen)
         end
         out[#out + 1] = "}"
     end
     seen[t] = nil
 end
 
-encode_value = function(v, out, path, depth, seen)
+encode_value = function(v, out, depth, seen)
     local vt = type(v)
     if vt == "string" then
-        out[#out + 1] = '"' .. quote(v) .. '"'
+        local n = #out
+        out[n + 1] = '"'
+        out[n + 2] = quote(v)
+        out[n + 3] = '"'
     elseif vt == "number" then
         local s = format_number(v)
         if not s then
-            fail(path, "cannot encode " .. tostring(v))
+            fail(depth, "cannot encode " .. tostring(v))
         end
         out[#out + 1] = s
     elseif vt == "boolean" then
         out[#out + 1] = v and "true" or "false"
     elseif vt == "table" then
-        encode_table(v, out, path, depth, seen)
+        encode_table(v, out, depth, seen)
     elseif v == nil then
         out[#out + 1] = "null"
     else
-        fail(path, "cannot encode a " .. vt)
+        fail(depth, "cannot encode a " .. vt)
     end
 end
 
@@ -241,7 +276,7 @@ end
 -- (functions, NaN, cycles, mixed keys in a json.array, too deep).
 function json.encode(value)
     local out = {}
-    local ok, err = pcall(encode_value, value, out, "$", 0, {})
+    local ok, err = pcall(encode_value, value, out, 0, {})
     if not ok then
         if getmetatable(err) == failure_mt then
             return nil, err.message
