@@ -62,6 +62,30 @@ describe("crier.json.encode", function()
         assert.are.equal('{"a":[1],"b":[1]}', json.encode({ a = shared, b = shared }))
     end)
 
+    it("names the path of the value it cannot encode", function()
+        local cases = {
+            { { a = { 1, { b = print } } }, "cannot encode a function at %$%.a%[2%]%.b$" },
+            { { 1, 2, 0 / 0 }, "cannot encode %-?nan at %$%[3%]$" },
+            { { x = { y = json.array({ 1, k = 2 }) } }, "non%-index key at %$%.x%.y$" },
+            { { [true] = 1 }, "cannot encode a boolean key at %$$" },
+            { print, "cannot encode a function at %$$" },
+        }
+        local cyclic = { list = {} }
+        cyclic.list[1] = cyclic
+        cases[#cases + 1] = { cyclic, "table contains itself at %$%.list%[1%]$" }
+        for _, case in ipairs(cases) do
+            local s, err = json.encode(case[1])
+            assert.is_nil(s)
+            assert.matches(case[2], err)
+        end
+        -- a failure leaves nothing behind for the next encoding
+        assert.are.equal('{"a":"q\\"","b":[1]}', json.encode({ a = 'q"', b = { 1 } }))
+    end)
+
+    it("escapes control bytes, quotes and backslashes in keys and values", function()
+        assert.are.equal('{"a\\nb":"\\u0001\\\\x"}', json.encode({ ["a\nb"] = "\1\\x" }))
+    end)
+
     it("keeps the sentinels read-only", function()
         assert.has_error(function() json.null.x = 1 end)
         assert.has_error(function() json.empty_array[1] = 1 end)
