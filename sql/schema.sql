@@ -270,6 +270,14 @@ CREATE FUNCTION crier.delay_decisions(p_delivery_ids bigint[]) RETURNS TABLE(del
     AS $$ … $$; -- the body: sql/functions/delay_decisions.sql
 
 --
+-- Name: delivery_state(text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.delivery_state(p_state text, p_lease_until timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ … $$; -- the body: sql/functions/delivery_state.sql
+
+--
 -- Name: digest_join(text, text, text, text, text, double precision, double precision, integer, text); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -685,6 +693,7 @@ CREATE TABLE crier.deliveries (
     dead_at timestamp with time zone,
     timing jsonb,
     digest_id bigint,
+    lease_until timestamp with time zone,
     CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text, 'timing'::text, 'held'::text, 'digested'::text])))
 )
 WITH (fillfactor='70');

@@ -32,8 +32,8 @@ WITH counters AS (
     UNION ALL
     SELECT 'crier_deliveries', 'state', s.state, NULL, NULL, coalesce(c.n, 0), s.state
         FROM unnest(ARRAY['pending', 'sending', 'paused', 'dead']) AS s(state)
-        LEFT JOIN (SELECT d.state, count(*)::double precision AS n FROM crier.deliveries d
-                   WHERE d.state IN ('pending', 'sending') GROUP BY d.state
+        LEFT JOIN (SELECT crier.delivery_state(d.state, d.lease_until) AS state, count(*)::double precision AS n
+                   FROM crier.deliveries d WHERE d.state = 'pending' GROUP BY 1
                    UNION ALL
                    SELECT 'paused', count(*) FROM crier.deliveries d WHERE d.state = 'paused'
                    UNION ALL
@@ -42,6 +42,7 @@ WITH counters AS (
     SELECT 'crier_deliveries_oldest_due_seconds', NULL, NULL, NULL, NULL,
         coalesce(extract(epoch FROM now() - min(due_at))::double precision, 0), ''
         FROM crier.deliveries WHERE state = 'pending' AND due_at <= now()
+            AND (lease_until IS NULL OR lease_until <= now())
     UNION ALL
     SELECT 'crier_endpoints', 'state', s.state, NULL, NULL,
         (SELECT count(*) FROM crier.endpoints e WHERE e.state = s.state)::double precision, s.state

@@ -15,8 +15,9 @@ LANGUAGE sql STABLE AS $$
         'status', crier.api_notification_status(n.id),
         'feed_item', (SELECT f.id FROM crier.feed_items f WHERE f.notification_id = n.id),
         'deliveries', coalesce(json_agg(json_build_object(
-            'id', d.id, 'channel', d.channel, 'target', d.target, 'state', d.state, 'attempts', d.attempts,
-            'due_at', CASE WHEN d.state IN ('pending', 'paused') THEN d.due_at END,
+            'id', d.id, 'channel', d.channel, 'target', d.target,
+            'state', crier.delivery_state(d.state, d.lease_until), 'attempts', d.attempts,
+            'due_at', CASE WHEN crier.delivery_state(d.state, d.lease_until) IN ('pending', 'paused') THEN d.due_at END,
             'delivered_at', d.delivered_at, 'dead_at', d.dead_at, 'last_status', d.last_status,
             'last_error', d.last_error,
             -- why it waits: a delay or the recipient's quiet hours (until due_at: a pending timer
@@ -44,7 +45,7 @@ LANGUAGE sql STABLE AS $$
                           'max_items', g.max_items, 'window_start', g.window_start, 'window_end', g.window_end,
                           'sent_at', g.sent_at,
                           'notification', CASE WHEN gn.id IS NOT NULL THEN json_build_object(
-                              'id', gn.id, 'key', gn.key, 'delivery_id', gd.id, 'state', gd.state) END) END,
+                              'id', gn.id, 'key', gn.key, 'delivery_id', gd.id, 'state', crier.delivery_state(gd.state, gd.lease_until)) END) END,
             'attempt_log', (SELECT coalesce(json_agg(json_build_object(
                                 'number', a.attempt, 'started_at', a.started_at,
                                 'duration_ms', round(a.duration_ms::numeric, 3), 'outcome', a.outcome,

@@ -34,8 +34,8 @@ RETURNS json LANGUAGE sql STABLE AS $$
         UNION ALL
         SELECT tenant, 'events_dead', count(*) FROM crier.events WHERE state = 'dead' GROUP BY tenant
         UNION ALL
-        SELECT tenant, 'deliveries_' || state, count(*) FROM crier.deliveries
-            WHERE state IN ('pending', 'sending') GROUP BY tenant, state
+        SELECT tenant, 'deliveries_' || crier.delivery_state(state, lease_until), count(*) FROM crier.deliveries
+            WHERE state = 'pending' GROUP BY 1, 2
         UNION ALL
         SELECT tenant, 'deliveries_paused', count(*) FROM crier.deliveries WHERE state = 'paused' GROUP BY tenant
         UNION ALL

@@ -1,6 +1,9 @@
 -- claim_deliveries.sql — crier.claim_deliveries: the delivery workers' claim: up to
 -- p_limit due deliveries for p_lease seconds. Returns the claimed rows; probe is true for
--- a delivery sent to test a paused endpoint. Deliveries of a paused endpoint met on the
+-- a delivery sent to test a paused endpoint. A claim raises attempts and sets lease_until
+-- and keeps state 'pending' and due_at (sql/023: no indexed column changes, so the update
+-- stays on its page with no new index entry); due rows whose lease has not run out are
+-- being sent and are skipped. Deliveries of a paused endpoint met on the
 -- way are parked in state 'paused' (not claimed, no attempt spent); those of a disabled
 -- endpoint die.
 CREATE OR REPLACE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe_base double precision)
@@ -31,8 +34,8 @@ BEGIN
         FROM ep WHERE e.id = ep.id
         RETURNING e.id
     ), claimed AS (
-        UPDATE crier.deliveries d SET state = 'sending', attempts = d.attempts + 1,
-            due_at = now() + make_interval(secs => p_lease)
+        UPDATE crier.deliveries d SET state = 'pending', attempts = d.attempts + 1, due_at = now(),
+            lease_until = now() + make_interval(secs => p_lease)
         FROM pick WHERE d.id = pick.id
         RETURNING d.id, d.attempts, d.channel, d.message_id, d.target, d.body, d.secret, d.subject,
                   d.html, d.sender, d.retry_schedule, d.budget_start
@@ -45,13 +48,13 @@ BEGIN
         FROM crier.deliveries d
         LEFT JOIN crier.endpoints e
             ON e.tenant = d.tenant AND e.channel = d.channel AND e.target = d.target AND e.state <> 'active'
-        WHERE d.state IN ('pending', 'sending') AND d.due_at <= now()
+        WHERE d.state = 'pending' AND d.due_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now())
         ORDER BY d.due_at LIMIT p_limit
         FOR UPDATE OF d SKIP LOCKED
     ), parked AS (
         UPDATE crier.deliveries d
         SET state = CASE WHEN c.ep_state = 'disabled' THEN 'dead' ELSE 'paused' END,
-            dead_at = CASE WHEN c.ep_state = 'disabled' THEN now() END,
+            dead_at = CASE WHEN c.ep_state = 'disabled' THEN now() END, lease_until = NULL,
             last_error = CASE WHEN c.ep_state = 'disabled'
                               THEN 'endpoint disabled after failing too long; replay with crier dead replay '
                                    'once it works again'
@@ -59,8 +62,7 @@ BEGIN
         FROM cand c WHERE d.id = c.id AND c.ep_state IS NOT NULL
         RETURNING d.id
     ), claimed AS (
-        UPDATE crier.deliveries d SET state = 'sending', attempts = d.attempts + 1,
-            due_at = now() + make_interval(secs => p_lease)
+        UPDATE crier.deliveries d SET attempts = d.attempts + 1, lease_until = now() + make_interval(secs => p_lease)
         FROM cand c WHERE d.id = c.id AND c.ep_state IS NULL
         RETURNING d.id, d.attempts, d.channel, d.message_id, d.target, d.body, d.secret, d.subject,
                   d.html, d.sender, d.retry_schedule, d.budget_start

@@ -8,7 +8,8 @@
 --   p_probe: the attempt was a probe of a paused endpoint (a failed probe does
 --     not spend the delivery's schedule).
 -- A result is applied only if the delivery still carries that attempt number
--- in state 'sending' (the fence against a worker whose lease was taken over);
+-- under a lease (the fence against a worker whose lease was taken over); it
+-- clears the lease;
 -- the attempt is recorded either way (after the update, see below).
 -- Endpoint policy: p_pause_after consecutive failures pause an endpoint;
 -- one failing for longer than p_disable_after seconds while paused is
@@ -42,8 +43,9 @@ BEGIN
             last_error = CASE WHEN x.outcome = 'released' THEN d.last_error ELSE x.error END,
             due_at = now() + make_interval(secs => CASE WHEN x.outcome = 'retry' THEN x.delay ELSE 0 END),
             delivered_at = CASE WHEN x.outcome = 'delivered' THEN now() END,
-            dead_at = CASE WHEN x.outcome = 'dead' THEN now() END
-        FROM x WHERE d.id = x.id AND d.attempts = x.attempt AND d.state = 'sending'
+            dead_at = CASE WHEN x.outcome = 'dead' THEN now() END,
+            lease_until = NULL
+        FROM x WHERE d.id = x.id AND d.attempts = x.attempt AND d.state = 'pending' AND d.lease_until IS NOT NULL
         RETURNING d.tenant, d.channel, d.target, x.outcome AS final, x.health, x.status, x.error,
                   x.duration, d.notification_id, d.created_at
     ), sent AS (
@@ -157,8 +159,8 @@ BEGIN
                 UPDATE crier.deliveries d SET state = 'dead', dead_at = now(),
                     last_error = 'endpoint disabled after failing since ' || r.failing_since
                                  || '; replay with crier dead replay once it works again'
-                WHERE d.state IN ('paused', 'pending') AND d.tenant = r.tenant AND d.channel = r.channel
-                  AND d.target = r.target;
+                WHERE (d.state = 'paused' OR (d.state = 'pending' AND d.lease_until IS NULL))
+                  AND d.tenant = r.tenant AND d.channel = r.channel AND d.target = r.target;
                 PERFORM crier.emit(r.tenant, 'crier.endpoint.disabled', r.id::text,
                     jsonb_build_object('endpoint_id', r.id, 'channel', r.channel, 'target', r.target,
                                        'failing_since', r.failing_since,

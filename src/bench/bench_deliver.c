@@ -430,7 +430,7 @@ static int bench_preload(bench_ctx *b, long events)
     static const char *const snapshot[] = {
         "CREATE TABLE crier_bench_deliver.snapshot AS SELECT * FROM crier.deliveries",
         "UPDATE crier_bench_deliver.snapshot SET state = 'pending', attempts = 0,"
-        " due_at = now() - interval '1 second', last_status = NULL, last_error = NULL,"
+        " due_at = now() - interval '1 second', lease_until = NULL, last_status = NULL, last_error = NULL,"
         " delivered_at = NULL",
         NULL};
     if (bench_reset_all(b->conn) < 0 || crier_bench_exec(b->conn, sql) < 0 || bench_engine_no_send(b) < 0)

@@ -352,7 +352,9 @@ static int status_print(PGconn *conn)
     PGresult *res = PQexec(conn,
                  "SELECT 'events', state, count(*) FROM crier.events GROUP BY state"
                  " UNION ALL SELECT 'notifications', 'total', count(*) FROM crier.notifications"
-                 " UNION ALL SELECT 'deliveries', state, count(*) FROM crier.deliveries GROUP BY state"
+                 " UNION ALL SELECT 'deliveries', crier.delivery_state(state, lease_until), count(*)"
+                 "     FROM crier.deliveries"
+                 "     GROUP BY 2"
                  " UNION ALL SELECT 'endpoints', state, count(*) FROM crier.endpoints"
                  "     WHERE state <> 'active' GROUP BY state"
                  " ORDER BY 1, 2");

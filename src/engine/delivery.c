@@ -1,9 +1,10 @@
 /* delivery.c — lease-based delivery claims, channel dispatch, lease extension and
  * batched result writes (see delivery.h).
  *
- * Claim: crier.claim_deliveries() turns due rows (pending with due_at passed, or
- * sending with an expired lease) into 'sending' with due_at = now() + lease and
- * attempts + 1, in one autocommit statement — the same statement as the write
+ * Claim: crier.claim_deliveries() leases due rows (pending with due_at passed and
+ * no lease, or one that expired): lease_until = now() + lease and attempts + 1,
+ * state and due_at unchanged (sql/023: an update no index sees), in one
+ * autocommit statement — the same statement as the write
  * of the results waiting, when there are some (SQL_COMPLETE_CLAIM: one commit,
  * so one WAL flush, for both). The attempt number is the fencing
  * token: a result (or a lease extension) applies only if the row still carries
@@ -143,9 +144,9 @@ static const char SQL_COMPLETE_CLAIM[] =
     "     $16::int, $14::float8) AS c ON true";
 
 static const char SQL_EXTEND[] =
-    "UPDATE crier.deliveries AS d SET due_at = now() + make_interval(secs => $3::int)"
+    "UPDATE crier.deliveries AS d SET lease_until = now() + make_interval(secs => $3::int)"
     " FROM unnest($1::bigint[], $2::int[]) AS f(id, attempt)"
-    " WHERE d.id = f.id AND d.attempts = f.attempt AND d.state = 'sending'";
+    " WHERE d.id = f.id AND d.attempts = f.attempt AND d.state = 'pending' AND d.lease_until IS NOT NULL";
 
 int crier_retry_parse(const char *text, crier_retry_schedule *s)
 {

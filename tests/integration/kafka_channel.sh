@@ -237,11 +237,11 @@ emit_stream $((EVENTS + 1)) $((EVENTS * 2)) &
 emitter=$!
 PIDS+=("$emitter")
 wait_for "SELECT count(*) FILTER (WHERE state = 'delivered') >= $((PER_PHASE + PER_PHASE / 4))
-               AND count(*) FILTER (WHERE state = 'sending') > 0 FROM crier.deliveries" 30 \
+               AND count(*) FILTER (WHERE state = 'pending' AND lease_until IS NOT NULL) > 0 FROM crier.deliveries" 30 \
     "phase 2: no progress"
 kill -9 "$victim"
 wait "$victim" 2>/dev/null || true
-leased=$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'sending'")
+leased=$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'pending' AND lease_until IS NOT NULL")
 note "phase 2: killed after $((SECONDS - START)) s at $(delivered) delivered, $leased leased ('sending'),"\
     "$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'pending'") pending"
 mock rtt -1 0

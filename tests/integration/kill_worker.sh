@@ -20,7 +20,7 @@ for round in 1 2 3; do
     kill -9 "$victim"
     wait "$victim" 2>/dev/null || true
     note "round $round: killed with $(sql "SELECT count(*) FROM crier.events WHERE state = 'pending'") events pending," \
-        "$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'sending'") deliveries leased"
+        "$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'pending' AND lease_until IS NOT NULL") deliveries leased"
 done
 sql "SELECT count(*) FROM crier.events WHERE state = 'pending'" | grep -qv '^0$' ||
     note "all events were done before the last kill (deliveries were still in flight)"
