@@ -203,7 +203,17 @@ CREATE FUNCTION crier.check_quiet_hours(p_where text, p_quiet jsonb) RETURNS voi
 
 CREATE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe_base double precision) RETURNS TABLE(id bigint, attempts integer, channel text, message_id text, target text, body text, secret text, subject text, html text, sender text, retry_schedule integer[], budget_start integer, probe boolean)
     LANGUAGE plpgsql
+    SET enable_bitmapscan TO 'off'
     AS $$ … $$; -- the body: sql/functions/claim_deliveries.sql
+
+--
+-- Name: claim_events(integer, smallint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text)
+    LANGUAGE sql
+    SET enable_bitmapscan TO 'off'
+    AS $$ … $$; -- the body: sql/functions/claim_events.sql
 
 --
 -- Name: complete_deliveries(bigint[], integer[], text[], text[], integer[], text[], text[], double precision[], double precision[], double precision[], boolean[], integer, double precision, double precision); Type: FUNCTION; Schema: crier; Owner: -

@@ -10,7 +10,14 @@ CREATE OR REPLACE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integ
 RETURNS TABLE (id bigint, attempts integer, channel text, message_id text, target text, body text,
                secret text, subject text, html text, sender text, retry_schedule integer[],
                budget_start integer, probe boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Due rows in deliveries_due's order, whatever the statistics say: with a table analyzed
+-- when few rows were due, or never analyzed (a new database before autovacuum's first
+-- round), the planner took a bitmap scan of every due row and a sort (170-200 ms per claim
+-- under a 175,000-row backlog, against 0.3 ms for the ordered index scan), and claims
+-- slowed down as the backlog they should drain grew.
+SET enable_bitmapscan = off
+AS $$
 #variable_conflict use_column
 BEGIN
     -- Data-modifying CTEs run whether or not the final SELECT reads them.
@@ -43,14 +50,19 @@ BEGIN
     SELECT c.*, true FROM claimed c;
 
     RETURN QUERY
-    WITH cand AS (
-        SELECT d.id, e.state AS ep_state, e.next_probe_at
-        FROM crier.deliveries d
-        LEFT JOIN crier.endpoints e
-            ON e.tenant = d.tenant AND e.channel = d.channel AND e.target = d.target AND e.state <> 'active'
+    -- The due rows are taken from deliveries alone, in deliveries_due's order, before their
+    -- endpoints are looked up: joined first, the planner could hash-join every due row with
+    -- the endpoints and sort them (205 ms per claim under a 200,000-row backlog).
+    WITH due AS MATERIALIZED (
+        SELECT d.id, d.tenant, d.channel, d.target FROM crier.deliveries d
         WHERE d.state = 'pending' AND d.due_at <= now() AND (d.lease_until IS NULL OR d.lease_until <= now())
         ORDER BY d.due_at LIMIT p_limit
-        FOR UPDATE OF d SKIP LOCKED
+        FOR UPDATE SKIP LOCKED
+    ), cand AS (
+        SELECT due.id, (SELECT e.state FROM crier.endpoints e
+                        WHERE e.tenant = due.tenant AND e.channel = due.channel AND e.target = due.target
+                          AND e.state <> 'active') AS ep_state
+        FROM due
     ), parked AS (
         UPDATE crier.deliveries d
         SET state = CASE WHEN c.ep_state = 'disabled' THEN 'dead' ELSE 'paused' END,

@@ -178,16 +178,11 @@ struct crier_fanout {
     crier_fanout_stats stats;
 };
 
-/* Ordered as events_pending_lane (lane, id) WHERE state = 'pending' is, so that
- * only that index can give the order: ordered by id alone, statistics taken
- * while a backlog was pending (autovacuum analyzes a big insert) make the
- * planner walk the primary key past every done event instead, a claim that
- * grows with the table (14 ms over 20,000 done events) and an idle loop that
- * never sleeps (sql/012_event_lanes.sql). */
+/* crier.claim_events (sql/functions/claim_events.sql): read in the order of
+ * events_pending_lane whatever the statistics say. */
 static const char SQL_CLAIM[] =
-    "SELECT id, tenant, event_type, entity_id, payload::text, attempts, cursor"
-    " FROM crier.events WHERE state = 'pending' AND available_at <= now() AND lane = $2::smallint"
-    " ORDER BY lane, id LIMIT $1 FOR UPDATE SKIP LOCKED";
+    "SELECT id, tenant, event_type, entity_id, payload, attempts, cursor"
+    " FROM crier.claim_events($1::int, $2::smallint)";
 
 static const char SQL_LOCK[] =
     "SELECT t.id, EXISTS (SELECT FROM crier.recipient_settings)"

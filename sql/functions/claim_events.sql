@@ -1,0 +1,21 @@
+-- claim_events.sql — crier.claim_events: the fan-out's claim: up to p_limit due events of a
+-- lane (0: the fast lane, 1: the slow lane), oldest first, locked for this transaction
+-- (FOR UPDATE SKIP LOCKED: concurrent workers take different events). Read through
+-- events_pending_lane (lane, id) WHERE state = 'pending', whatever the statistics say: a
+-- table analyzed while a backlog was pending made the planner walk the primary key past every
+-- done event, and one never analyzed (a new database) or analyzed when few events waited made
+-- it take a bitmap scan of every pending event and a sort; either way each claim read the
+-- whole backlog, and claims slowed down as the backlog grew. Ordered by (lane, id), only that
+-- index gives the order; bitmap scans are off for this function.
+CREATE OR REPLACE FUNCTION crier.claim_events(p_limit integer, p_lane smallint)
+RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
+               "cursor" text)
+LANGUAGE sql
+SET enable_bitmapscan = off
+AS $$
+    SELECT e.id, e.tenant, e.event_type, e.entity_id, e.payload::text, e.attempts, e.cursor
+    FROM crier.events e
+    WHERE e.state = 'pending' AND e.available_at <= now() AND e.lane = p_lane
+    ORDER BY e.lane, e.id LIMIT p_limit
+    FOR UPDATE SKIP LOCKED
+$$;
