@@ -75,7 +75,11 @@ crier_http_sink *crier_http_sink_start(char *err, size_t err_len)
     addr.sin_family = AF_INET;
     addr.sin_port = 0;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, sink_handler, s,
+    /* poll(), not epoll: with epoll a burst of connects (256 sends at once)
+     * could leave some in the listen queue unaccepted until the next connect
+     * came (a clean-clone run saw 78 sends time out after 15 s with 0 bytes
+     * received); poll is level-triggered. */
+    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, sink_handler, s,
                                  MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned)4096, MHD_OPTION_END);
     if (!s->daemon) {
