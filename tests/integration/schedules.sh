@@ -45,7 +45,9 @@ grep -q "rules.lua:9: schedule 'latest-3s': unknown time zone \"Europe/Berlim\""
     fail "the unknown zone's message: $(cat "$WORK/bad.out")"
 
 serve() { # NAME
-    "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --set "url=$RECEIVER_URL" >"$WORK/$1.log" 2>&1 &
+    # a 2-s lease: a daemon killed -9 with sends in flight gives them back
+    # within the waits below (the default 60 s would outlast them)
+    "$CRIER_BIN" serve --rules "$WORK/rules" --poll 0.2 --lease 2 --set "url=$RECEIVER_URL" >"$WORK/$1.log" 2>&1 &
     SERVE_PID=$!
     PIDS+=("$SERVE_PID")
 }
