@@ -22,6 +22,14 @@ CREATE FUNCTION crier.api_dead_letters(p_tenant text, p_type text, p_channel tex
     AS $$ … $$; -- the body: sql/functions/api_dead_letters.sql
 
 --
+-- Name: api_delivery_lag(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.api_delivery_lag() RETURNS double precision
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/api_delivery_lag.sql
+
+--
 -- Name: api_emit(text, text, text, jsonb, text, text, text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
 --
 

@@ -39,10 +39,7 @@ WITH counters AS (
                    UNION ALL
                    SELECT 'dead', count(*) FROM crier.deliveries d WHERE d.state = 'dead') c USING (state)
     UNION ALL
-    SELECT 'crier_deliveries_oldest_due_seconds', NULL, NULL, NULL, NULL,
-        coalesce(extract(epoch FROM now() - min(due_at))::double precision, 0), ''
-        FROM crier.deliveries WHERE state = 'pending' AND due_at <= now()
-            AND (lease_until IS NULL OR lease_until <= now())
+    SELECT 'crier_deliveries_oldest_due_seconds', NULL, NULL, NULL, NULL, crier.api_delivery_lag(), ''
     UNION ALL
     SELECT 'crier_endpoints', 'state', s.state, NULL, NULL,
         (SELECT count(*) FROM crier.endpoints e WHERE e.state = s.state)::double precision, s.state

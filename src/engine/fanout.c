@@ -32,6 +32,7 @@
 #define FANOUT_SLOW_TYPES 32
 #define FANOUT_SLOW_TYPE_SECONDS 60.0
 
+/* In the order a batch goes through them (crier_fanout_holds_events relies on it). */
 typedef enum {
     FANOUT_IDLE = 0,
     FANOUT_BEGIN,
