@@ -11,6 +11,14 @@
  * the attempt this worker claimed, so a worker whose lease expired and was
  * reclaimed cannot overwrite the newer claim's outcome.
  *
+ * Two connections (lanes), each running one statement at a time: a write (with
+ * the next claim when there is room) on one, and on the other a claim of new
+ * work the fan-out announced (crier_delivery_kick) while the first is busy, so
+ * a new delivery does not wait behind the write of earlier results. Without
+ * news (a backlog being drained) one claim at a time, as in a write and claim:
+ * two statements on the same rows at once cost more than they overlap here.
+ * One write at a time, in the order the results came.
+ *
  * Each send in flight has a slot; the token handed to the sender as its
  * delivery id is the slot index plus a sequence number, so a completion that
  * arrives after its slot was given up (released at shutdown) is recognised and
@@ -32,6 +40,7 @@ const crier_retry_schedule crier_retry_default = {
     .n_delays = 8,
 };
 
+/* What a lane's statement in flight does. */
 typedef enum {
     DELIVERY_IDLE = 0,
     DELIVERY_CLAIMING,
@@ -39,6 +48,8 @@ typedef enum {
     DELIVERY_EXTENDING,
     DELIVERY_WRITING_CLAIMING, /* one statement: write the results, then claim */
 } delivery_state;
+
+enum { N_LANES = 2 };
 
 enum { COL_ID, COL_ATTEMPT, COL_OUTCOME, COL_HEALTH, COL_STATUS, COL_ERROR, COL_EXCERPT, COL_DELAY,
        COL_STARTED, COL_DURATION, COL_PROBE, N_RESULT_COLS };
@@ -66,17 +77,27 @@ typedef struct {
     crier_retry_schedule schedule;
 } flight;
 
+/* One connection and the statement it runs. */
+typedef struct {
+    crier_delivery *d;
+    crier_pg *pg;
+    delivery_state state;
+    int claim_limit; /* the limit of the claim in flight (0: none) */
+    crier_pg_array cols[N_RESULT_COLS];
+    crier_pg_params params;
+    char num_text[6][32];
+} delivery_lane;
+
 struct crier_delivery {
     struct ev_loop *loop;
-    crier_pg *pg;
+    delivery_lane lanes[N_LANES];
     crier_delivery_senders senders;
     crier_delivery_options opts;
-    delivery_state state;
     bool want_claim;
+    bool kicked; /* the fan-out announced new deliveries since the last claim began */
     bool want_extend;
     bool stopping;
     bool last_empty;
-    int claim_limit; /* the limit of the claim in flight */
     int inflight;
     ev_timer retry;
     ev_timer extend;
@@ -90,11 +111,8 @@ struct crier_delivery {
     delivery_result *results;
     size_t n_results, cap_results;
     crier_strbuf text;
-    size_t writing; /* results in the statement in flight */
+    size_t writing; /* results in the write in flight (0: none) */
 
-    crier_pg_array cols[N_RESULT_COLS];
-    crier_pg_params params;
-    char num_text[6][32];
     crier_delivery_stats stats;
     long kafka_fatal_after; /* test hook: CRIER_TEST_KAFKA_FATAL_AFTER (0: off) */
     long kafka_delivered;
@@ -178,10 +196,13 @@ static void delivery_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
     crier_delivery *d = w->data;
     (void)loop;
     (void)revents;
-    if (!crier_pg_ok(d->pg) && crier_pg_reconnect(d->pg) < 0) {
-        ev_timer_set(&d->retry, crier_pg_retry_after(d->pg, 2.0), 0.);
-        ev_timer_start(d->loop, &d->retry);
-        return;
+    for (int i = 0; i < N_LANES; i++) {
+        crier_pg *pg = d->lanes[i].pg;
+        if (!crier_pg_ok(pg) && crier_pg_reconnect(pg) < 0) {
+            ev_timer_set(&d->retry, crier_pg_retry_after(pg, 2.0), 0.);
+            ev_timer_start(d->loop, &d->retry);
+            return;
+        }
     }
     d->want_claim = true;
     delivery_pump(d);
@@ -198,9 +219,10 @@ static void delivery_extend_cb(struct ev_loop *loop, ev_timer *w, int revents)
     }
 }
 
+/* A statement failed: no lane starts another until the retry timer has
+ * reconnected what broke. */
 static void delivery_pause(crier_delivery *d)
 {
-    d->state = DELIVERY_IDLE;
     if (!ev_is_active(&d->retry)) {
         ev_timer_set(&d->retry, 1.0, 0.);
         ev_timer_start(d->loop, &d->retry);
@@ -469,15 +491,15 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
 }
 
 /* The claimed rows of res (a claim's, or the combined statement's, whose row
- * without a claimed delivery has a NULL id). */
-static void delivery_on_claim(crier_delivery *d, PGresult *res)
+ * without a claimed delivery has a NULL id); limit: the claim's. */
+static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
 {
     int rows = PQntuples(res), n = 0;
 
     for (int i = 0; i < rows; i++)
         n += !PQgetisnull(res, i, 0);
     d->last_empty = n == 0;
-    if (n >= d->claim_limit) /* a full claim: more may be due */
+    if (n >= limit) /* a full claim: more may be due */
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
     for (int i = 0; i < rows; i++) {
@@ -547,25 +569,29 @@ static void delivery_on_complete(crier_delivery *d, PGresult *res, int base)
 
 static void delivery_result_cb(void *ud, PGresult *res, const char *err)
 {
-    crier_delivery *d = ud;
-    delivery_state was = d->state;
+    delivery_lane *lane = ud;
+    crier_delivery *d = lane->d;
+    delivery_state was = lane->state;
+    int limit = lane->claim_limit;
     static const char *names[] = {"idle", "claim", "result write", "lease extension", "result write and claim"};
 
-    d->state = DELIVERY_IDLE;
+    lane->state = DELIVERY_IDLE;
+    lane->claim_limit = 0;
     if (!res || (PQresultStatus(res) != PGRES_TUPLES_OK && PQresultStatus(res) != PGRES_COMMAND_OK)) {
         crier_error("delivery", "%s failed: %s", names[was], res ? PQresultErrorMessage(res) : err);
         /* Unwritten results stay queued; claimed rows come back when their lease ends. */
-        d->writing = 0;
+        if (was == DELIVERY_WRITING || was == DELIVERY_WRITING_CLAIMING)
+            d->writing = 0;
         delivery_pause(d);
         return;
     }
     if (was == DELIVERY_CLAIMING) {
-        delivery_on_claim(d, res);
+        delivery_on_claim(d, res, limit);
     } else if (was == DELIVERY_WRITING) {
         delivery_on_complete(d, res, 0);
     } else if (was == DELIVERY_WRITING_CLAIMING) {
         delivery_on_complete(d, res, CLAIM_COLS);
-        delivery_on_claim(d, res);
+        delivery_on_claim(d, res, limit);
     }
     delivery_pump(d);
 }
@@ -575,14 +601,14 @@ static const char *text_at(crier_delivery *d, size_t off)
     return off == SIZE_MAX ? NULL : crier_strbuf_at(&d->text, off);
 }
 
-/* Writes the queued results; with claim_limit > 0, claims up to that many in
- * the same statement (SQL_COMPLETE_CLAIM). */
-static void delivery_write_results(crier_delivery *d, int claim_limit)
+/* Writes the queued results on lane; with claim_limit > 0, claims up to that
+ * many in the same statement (SQL_COMPLETE_CLAIM). */
+static void delivery_write_results(crier_delivery *d, delivery_lane *lane, int claim_limit)
 {
     static const uint32_t types[N_RESULT_COLS] = {
         CRIER_PG_INT8, CRIER_PG_INT4, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT4, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_FLOAT8, CRIER_PG_FLOAT8, CRIER_PG_FLOAT8, CRIER_PG_BOOL};
-    crier_pg_array *c = d->cols;
+    crier_pg_array *c = lane->cols;
     for (int i = 0; i < N_RESULT_COLS; i++)
         crier_pg_array_begin(&c[i], types[i]);
     for (size_t i = 0; i < d->n_results; i++) {
@@ -602,34 +628,37 @@ static void delivery_write_results(crier_delivery *d, int claim_limit)
         crier_pg_array_add_double(&c[COL_DURATION], r->duration_ms);
         crier_pg_array_add_bool(&c[COL_PROBE], r->probe);
     }
-    crier_pg_params_reset(&d->params);
+    crier_pg_params_reset(&lane->params);
     for (int i = 0; i < N_RESULT_COLS; i++)
-        crier_pg_params_array(&d->params, &c[i]);
-    snprintf(d->num_text[0], sizeof d->num_text[0], "%d", d->opts.pause_after);
-    snprintf(d->num_text[1], sizeof d->num_text[1], "%.3f", d->opts.disable_after_s);
-    snprintf(d->num_text[2], sizeof d->num_text[2], "%.3f", d->opts.probe_seconds);
+        crier_pg_params_array(&lane->params, &c[i]);
+    snprintf(lane->num_text[0], sizeof lane->num_text[0], "%d", d->opts.pause_after);
+    snprintf(lane->num_text[1], sizeof lane->num_text[1], "%.3f", d->opts.disable_after_s);
+    snprintf(lane->num_text[2], sizeof lane->num_text[2], "%.3f", d->opts.probe_seconds);
     for (int i = 0; i < 3; i++)
-        crier_pg_params_text(&d->params, d->num_text[i]);
+        crier_pg_params_text(&lane->params, lane->num_text[i]);
     if (claim_limit > 0) {
         d->want_claim = false;
-        d->claim_limit = claim_limit;
-        snprintf(d->num_text[4], sizeof d->num_text[4], "%d", claim_limit);
-        snprintf(d->num_text[5], sizeof d->num_text[5], "%d", d->opts.lease_seconds);
-        crier_pg_params_text(&d->params, d->num_text[4]);
-        crier_pg_params_text(&d->params, d->num_text[5]);
+        d->kicked = false;
+        lane->claim_limit = claim_limit;
+        snprintf(lane->num_text[4], sizeof lane->num_text[4], "%d", claim_limit);
+        snprintf(lane->num_text[5], sizeof lane->num_text[5], "%d", d->opts.lease_seconds);
+        crier_pg_params_text(&lane->params, lane->num_text[4]);
+        crier_pg_params_text(&lane->params, lane->num_text[5]);
     }
     d->writing = d->n_results;
-    d->state = claim_limit > 0 ? DELIVERY_WRITING_CLAIMING : DELIVERY_WRITING;
-    if (crier_pg_query(d->pg, claim_limit > 0 ? SQL_COMPLETE_CLAIM : SQL_COMPLETE, &d->params, delivery_result_cb,
-                       d) < 0) {
+    lane->state = claim_limit > 0 ? DELIVERY_WRITING_CLAIMING : DELIVERY_WRITING;
+    if (crier_pg_query(lane->pg, claim_limit > 0 ? SQL_COMPLETE_CLAIM : SQL_COMPLETE, &lane->params,
+                       delivery_result_cb, lane) < 0) {
+        lane->state = DELIVERY_IDLE;
+        lane->claim_limit = 0;
         d->writing = 0;
         delivery_pause(d);
     }
 }
 
-static void delivery_extend_leases(crier_delivery *d)
+static void delivery_extend_leases(crier_delivery *d, delivery_lane *lane)
 {
-    crier_pg_array *c = d->cols;
+    crier_pg_array *c = lane->cols;
     crier_pg_array_begin(&c[0], CRIER_PG_INT8);
     crier_pg_array_begin(&c[1], CRIER_PG_INT4);
     for (size_t i = 0; i < d->n_flights; i++) {
@@ -639,63 +668,111 @@ static void delivery_extend_leases(crier_delivery *d)
         crier_pg_array_add_int32(&c[1], d->flights[i].attempt);
     }
     d->want_extend = false;
-    crier_pg_params_reset(&d->params);
-    crier_pg_params_array(&d->params, &c[0]);
-    crier_pg_params_array(&d->params, &c[1]);
-    snprintf(d->num_text[3], sizeof d->num_text[3], "%d", d->opts.lease_seconds);
-    crier_pg_params_text(&d->params, d->num_text[3]);
-    d->state = DELIVERY_EXTENDING;
-    if (crier_pg_query(d->pg, SQL_EXTEND, &d->params, delivery_result_cb, d) < 0)
+    crier_pg_params_reset(&lane->params);
+    crier_pg_params_array(&lane->params, &c[0]);
+    crier_pg_params_array(&lane->params, &c[1]);
+    snprintf(lane->num_text[3], sizeof lane->num_text[3], "%d", d->opts.lease_seconds);
+    crier_pg_params_text(&lane->params, lane->num_text[3]);
+    lane->state = DELIVERY_EXTENDING;
+    if (crier_pg_query(lane->pg, SQL_EXTEND, &lane->params, delivery_result_cb, lane) < 0) {
+        lane->state = DELIVERY_IDLE;
         delivery_pause(d);
+    }
+}
+
+/* The sum of the limits of the claims in flight. */
+static int delivery_claiming(const crier_delivery *d)
+{
+    int n = 0;
+    for (int i = 0; i < N_LANES; i++)
+        n += d->lanes[i].claim_limit;
+    return n;
+}
+
+/* Room for more sends, counting the claims in flight as full. */
+static int delivery_room(const crier_delivery *d)
+{
+    return d->opts.max_inflight - d->inflight - delivery_claiming(d);
 }
 
 static bool delivery_can_claim(const crier_delivery *d)
 {
-    return d->want_claim && !d->stopping && !d->opts.parked && d->opts.max_inflight - d->inflight > 0;
+    return d->want_claim && !d->stopping && !d->opts.parked && delivery_room(d) > 0;
 }
 
-/* Does the next database step on the worker's one connection: extend the
- * leases of long sends when due; write pending results, claiming more in the
- * same statement if there is room (one transaction, one commit for both); else
- * claim alone. */
+static delivery_lane *delivery_idle_lane(crier_delivery *d)
+{
+    for (int i = 0; i < N_LANES; i++)
+        if (d->lanes[i].state == DELIVERY_IDLE)
+            return &d->lanes[i];
+    return NULL;
+}
+
+static void delivery_claim(crier_delivery *d, delivery_lane *lane, int limit)
+{
+    d->want_claim = false;
+    d->kicked = false;
+    lane->claim_limit = limit;
+    snprintf(lane->num_text[0], sizeof lane->num_text[0], "%d", limit);
+    snprintf(lane->num_text[1], sizeof lane->num_text[1], "%d", d->opts.lease_seconds);
+    snprintf(lane->num_text[2], sizeof lane->num_text[2], "%.3f", d->opts.probe_seconds);
+    crier_pg_params_reset(&lane->params);
+    for (int i = 0; i < 3; i++)
+        crier_pg_params_text(&lane->params, lane->num_text[i]);
+    lane->state = DELIVERY_CLAIMING;
+    if (crier_pg_query(lane->pg, SQL_CLAIM, &lane->params, delivery_result_cb, lane) < 0) {
+        lane->state = DELIVERY_IDLE;
+        lane->claim_limit = 0;
+        delivery_pause(d);
+    }
+}
+
+/* Starts what the idle lanes can do: write the results waiting (claiming in
+ * the same statement when there is room and a claim is wanted); extend the
+ * leases of long sends when due; claim alone — while another claim is in
+ * flight only for news from the fan-out (a kick), so a new delivery never
+ * waits behind a write, while a backlog is drained one claim at a time. */
 static void delivery_pump(crier_delivery *d)
 {
-    if (d->state != DELIVERY_IDLE || ev_is_active(&d->retry))
+    delivery_lane *lane;
+
+    if (ev_is_active(&d->retry))
         return;
-    if (d->want_extend && d->inflight > 0) {
-        delivery_extend_leases(d);
-        return;
-    }
     if (d->inflight == 0 && ev_is_active(&d->extend))
         ev_timer_stop(d->loop, &d->extend);
-    int room = d->opts.max_inflight - d->inflight;
-    int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
-    if (d->n_results > 0) {
-        delivery_write_results(d, delivery_can_claim(d) ? limit : 0);
-        return;
+    if (d->writing == 0 && d->n_results > 0 && (lane = delivery_idle_lane(d))) {
+        int room = delivery_room(d);
+        int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
+        delivery_write_results(d, lane, delivery_can_claim(d) && limit > 0 ? limit : 0);
     }
-    if (!delivery_can_claim(d))
+    if (ev_is_active(&d->retry))
         return;
-    d->want_claim = false;
-    d->claim_limit = limit;
-    snprintf(d->num_text[0], sizeof d->num_text[0], "%d", limit);
-    snprintf(d->num_text[1], sizeof d->num_text[1], "%d", d->opts.lease_seconds);
-    snprintf(d->num_text[2], sizeof d->num_text[2], "%.3f", d->opts.probe_seconds);
-    crier_pg_params_reset(&d->params);
-    for (int i = 0; i < 3; i++)
-        crier_pg_params_text(&d->params, d->num_text[i]);
-    d->state = DELIVERY_CLAIMING;
-    if (crier_pg_query(d->pg, SQL_CLAIM, &d->params, delivery_result_cb, d) < 0)
-        delivery_pause(d);
+    if (d->want_extend && d->inflight > 0 && (lane = delivery_idle_lane(d)))
+        delivery_extend_leases(d, lane);
+    if (ev_is_active(&d->retry) || !delivery_can_claim(d))
+        return;
+    bool claiming = false, claiming_alone = false;
+    for (int i = 0; i < N_LANES; i++) {
+        claiming |= d->lanes[i].claim_limit > 0;
+        claiming_alone |= d->lanes[i].state == DELIVERY_CLAIMING;
+    }
+    if (claiming_alone || (claiming && !d->kicked) || !(lane = delivery_idle_lane(d)))
+        return;
+    int room = delivery_room(d);
+    delivery_claim(d, lane, room < d->opts.batch_size ? room : d->opts.batch_size);
 }
 
-crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, const crier_delivery_options *opts)
+crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_pg *pg2,
+                                   const crier_delivery_options *opts)
 {
     crier_delivery *d = calloc(1, sizeof *d);
     if (!d)
         return NULL;
     d->loop = loop;
-    d->pg = pg;
+    d->lanes[0].pg = pg;
+    d->lanes[1].pg = pg2;
+    for (int i = 0; i < N_LANES; i++)
+        d->lanes[i].d = d;
     if (opts)
         d->opts = *opts;
     if (d->opts.batch_size <= 0)
@@ -729,14 +806,23 @@ void crier_delivery_set_senders(crier_delivery *d, const crier_delivery_senders 
 void crier_delivery_kick(crier_delivery *d)
 {
     d->want_claim = true;
+    d->kicked = true;
     delivery_pump(d);
+}
+
+static bool delivery_lanes_idle(const crier_delivery *d)
+{
+    for (int i = 0; i < N_LANES; i++)
+        if (d->lanes[i].state != DELIVERY_IDLE)
+            return false;
+    return true;
 }
 
 bool crier_delivery_idle(const crier_delivery *d)
 {
     if (d->opts.parked)
-        return d->state == DELIVERY_IDLE && d->n_results == 0;
-    return d->state == DELIVERY_IDLE && d->inflight == 0 && d->n_results == 0 && d->last_empty &&
+        return delivery_lanes_idle(d) && d->n_results == 0;
+    return delivery_lanes_idle(d) && d->inflight == 0 && d->n_results == 0 && d->last_empty &&
            !d->want_claim && !ev_is_active(&d->retry);
 }
 
@@ -763,7 +849,10 @@ void crier_delivery_release(crier_delivery *d)
 
 int crier_delivery_pending(const crier_delivery *d)
 {
-    return d->inflight + (int)d->n_results + (d->state != DELIVERY_IDLE ? 1 : 0);
+    int busy = 0;
+    for (int i = 0; i < N_LANES; i++)
+        busy += d->lanes[i].state != DELIVERY_IDLE;
+    return d->inflight + (int)d->n_results + busy;
 }
 
 const crier_delivery_stats *crier_delivery_get_stats(const crier_delivery *d)
@@ -777,8 +866,9 @@ void crier_delivery_free(crier_delivery *d)
         return;
     ev_timer_stop(d->loop, &d->retry);
     ev_timer_stop(d->loop, &d->extend);
-    for (int i = 0; i < N_RESULT_COLS; i++)
-        crier_pg_array_free(&d->cols[i]);
+    for (int l = 0; l < N_LANES; l++)
+        for (int i = 0; i < N_RESULT_COLS; i++)
+            crier_pg_array_free(&d->lanes[l].cols[i]);
     crier_strbuf_free(&d->text);
     free(d->results);
     free(d->flights);

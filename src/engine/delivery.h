@@ -91,10 +91,12 @@ typedef struct {
     void *kafka_renew_ud;
 } crier_delivery_senders;
 
-/* Creates the worker on its own connection pg (not owned). Senders are set
- * afterwards with crier_delivery_set_senders (their completion callbacks need
- * the worker). Returns NULL on allocation failure. */
-crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, const crier_delivery_options *opts);
+/* Creates the worker on its own two connections pg and pg2 (not owned): a
+ * claim of new deliveries need not wait behind a write of results. Senders
+ * are set afterwards with crier_delivery_set_senders (their completion
+ * callbacks need the worker). Returns NULL on allocation failure. */
+crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_pg *pg2,
+                                   const crier_delivery_options *opts);
 
 void crier_delivery_set_senders(crier_delivery *d, const crier_delivery_senders *senders);
 

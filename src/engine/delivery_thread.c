@@ -15,7 +15,7 @@
 struct crier_delivery_thread {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg;
+    crier_pg *pg, *pg2; /* the delivery worker's two connections */
     crier_webhook_sender *webhook;
     crier_email_sender *email;
     crier_kafka_sender *kafka;
@@ -130,6 +130,7 @@ static void delivery_thread_teardown(void *ud, struct ev_loop *loop)
     crier_kafka_sender_free(t->kafka);
     crier_delivery_free(t->delivery);
     crier_pg_free(t->pg);
+    crier_pg_free(t->pg2);
 }
 
 crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cfg, void (*on_change)(void *ud),
@@ -150,7 +151,10 @@ crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cf
     t->pg = crier_pg_connect(t->loop, cfg->conninfo, "delivery", err, err_len);
     if (!t->pg)
         goto fail;
-    t->delivery = crier_delivery_new(t->loop, t->pg, &cfg->delivery);
+    t->pg2 = crier_pg_connect(t->loop, cfg->conninfo, "delivery-2", err, err_len);
+    if (!t->pg2)
+        goto fail;
+    t->delivery = crier_delivery_new(t->loop, t->pg, t->pg2, &cfg->delivery);
     if (!t->delivery) {
         snprintf(err, err_len, "out of memory");
         goto fail;

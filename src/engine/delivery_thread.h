@@ -1,5 +1,5 @@
 /* delivery_thread.h — the delivery side of crier serve on its own thread and
- * libev loop: its PostgreSQL connection, the channels' senders (webhook,
+ * libev loop: its two PostgreSQL connections, the channels' senders (webhook,
  * email, Kafka) and the delivery worker, so that nothing the fan-out side
  * does (a rule that runs long, a slow batch) delays a send, a lease renewal
  * or the write-back of a result. The fan-out side talks to it only through
