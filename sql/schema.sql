@@ -540,6 +540,14 @@ CREATE FUNCTION crier.replay_dead(p_tenant text, p_type text, p_channel text, p_
 --
 
 CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer) RETURNS integer
+    LANGUAGE sql
+    AS $$ … $$; -- the body: sql/functions/retain.sql
+
+--
+-- Name: retain(text, interval, integer, bigint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer, p_after bigint, OUT deleted integer, OUT last_id bigint) RETURNS record
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/retain.sql
 

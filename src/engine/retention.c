@@ -14,7 +14,11 @@
 #define RETENTION_MAX_BATCHES 200
 #define RETENTION_DEFAULT_PERIOD (7 * 86400.0)
 
-static const char SQL_RETAIN[] = "SELECT crier.retain($1, make_interval(secs => $2::float8), $3::int)";
+/* One batch, walking the kind's ids upwards from the last batch's (see
+ * sql/functions/retain.sql: a walk from the lowest id steps over every row the
+ * earlier batches deleted until vacuum removes them). */
+static const char SQL_RETAIN[] =
+    "SELECT deleted, last_id FROM crier.retain($1, make_interval(secs => $2::float8), $3::int, $4::bigint)";
 
 static const char *const kind_names[CRIER_RETAIN_KINDS] = {
     [CRIER_RETAIN_EVENTS] = "events",   [CRIER_RETAIN_DELIVERIES] = "deliveries",
@@ -32,9 +36,10 @@ struct crier_retention {
     bool stopping;
     int kind;      /* the kind being deleted */
     int batches;   /* full batches of that kind in this pass */
+    long long after; /* the cursor: the highest id the last batch of that kind looked at */
     uint64_t pass_deleted[CRIER_RETAIN_KINDS];
     crier_pg_params params;
-    char period_text[32], batch_text[16];
+    char period_text[32], batch_text[16], after_text[24];
     crier_retention_stats stats;
 };
 
@@ -76,6 +81,8 @@ static void retention_on_result(void *ud, PGresult *res, const char *err)
                    kind_names[r->kind], res ? PQresultErrorMessage(res) : err);
     } else {
         n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        if (!PQgetisnull(res, 0, 1))
+            r->after = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
         r->pass_deleted[r->kind] += (uint64_t)n;
         r->stats.deleted[r->kind] += (uint64_t)n;
     }
@@ -85,6 +92,7 @@ static void retention_on_result(void *ud, PGresult *res, const char *err)
     }
     r->kind++;
     r->batches = 0;
+    r->after = 0;
     retention_step(r);
 }
 
@@ -103,6 +111,8 @@ static void retention_step(crier_retention *r)
     crier_pg_params_text(&r->params, kind_names[r->kind]);
     crier_pg_params_text(&r->params, r->period_text);
     crier_pg_params_text(&r->params, r->batch_text);
+    snprintf(r->after_text, sizeof r->after_text, "%lld", r->after);
+    crier_pg_params_text(&r->params, r->after_text);
     if (!crier_pg_ok(r->pg) && crier_pg_reconnect(r->pg) < 0) {
         retention_end_pass(r);
         return;
@@ -151,6 +161,7 @@ void crier_retention_kick(crier_retention *r)
     r->running = true;
     r->kind = 0;
     r->batches = 0;
+    r->after = 0;
     for (int k = 0; k < CRIER_RETAIN_KINDS; k++)
         r->pass_deleted[k] = 0;
     retention_step(r);

@@ -116,4 +116,21 @@ assert_eq 540 "$total" "ann's feed pages through all her items (300 old, 200 you
 grep -q "retention: deleted" "$WORK/serve.log" || fail "the retention worker logged nothing"
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" || fail "crier serve exited with an error"
+
+note "the worker's batches walk the ids upwards from the previous batch's last id"
+read -r d1 d2 d3 d4 <<<"$(sql "SELECT string_agg(id::text, ' ' ORDER BY id) FROM (SELECT id FROM crier.deliveries
+                              WHERE state = 'delivered' ORDER BY id LIMIT 4) s")"
+[ -n "$d4" ] || fail "four delivered deliveries expected for the cursor check"
+sql "UPDATE crier.deliveries SET state = 'pending' WHERE id = $d1" >/dev/null # not finished: skipped
+assert_eq "2|$d3" "$(sql "SELECT deleted || '|' || last_id FROM crier.retain('deliveries', '0', 2, 0)")" \
+    "the first batch deletes the two lowest finished ids and says where it stopped"
+sql "UPDATE crier.deliveries SET state = 'delivered' WHERE id = $d1" >/dev/null
+assert_eq "1|$d4" "$(sql "SELECT deleted || '|' || last_id FROM crier.retain('deliveries', '0', 1, $d3)")" \
+    "the next batch starts after the cursor (the row finished behind it waits for the next pass)"
+assert_eq "1" "$(sql "SELECT count(*) FROM crier.deliveries WHERE id = $d1")" "the row behind the cursor is still there"
+assert_eq "1|$d1" "$(sql "SELECT deleted || '|' || last_id FROM crier.retain('deliveries', '0', 1, 0)")" \
+    "a new pass starts from the lowest id"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id IN ($d1, $d2, $d3, $d4)")" \
+    "their attempts went with them"
+assert_eq "" "$(sql "SELECT last_id FROM crier.retain('throttle_hits', '0', 5, 0)")" "throttle hits have no cursor"
 echo "ok"
