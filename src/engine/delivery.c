@@ -689,15 +689,22 @@ static int delivery_claiming(const crier_delivery *d)
     return n;
 }
 
-/* Room for more sends, counting the claims in flight as full. */
-static int delivery_room(const crier_delivery *d)
+/* Room for more sends, counting the claims in flight as full and the results
+ * not written yet as sends (with_results: except those a write about to
+ * start takes, in the same statement as its claim). Counting the results keeps
+ * a slow write from letting the other connection claim and send on and on
+ * while nothing is recorded: the leases of sends whose results wait pile up in
+ * deliveries_due, every claim has to step over them, and the write that
+ * would clear them got slower still — a soak at 5,000 deliveries/s stalled
+ * that way, 79,000 leased rows behind one 50-s statement. */
+static int delivery_room(const crier_delivery *d, bool with_results)
 {
-    return d->opts.max_inflight - d->inflight - delivery_claiming(d);
+    return d->opts.max_inflight - d->inflight - delivery_claiming(d) - (with_results ? (int)d->n_results : 0);
 }
 
-static bool delivery_can_claim(const crier_delivery *d)
+static bool delivery_can_claim(const crier_delivery *d, bool with_results)
 {
-    return d->want_claim && !d->stopping && !d->opts.parked && delivery_room(d) > 0;
+    return d->want_claim && !d->stopping && !d->opts.parked && delivery_room(d, with_results) > 0;
 }
 
 static delivery_lane *delivery_idle_lane(crier_delivery *d)
@@ -741,15 +748,15 @@ static void delivery_pump(crier_delivery *d)
     if (d->inflight == 0 && ev_is_active(&d->extend))
         ev_timer_stop(d->loop, &d->extend);
     if (d->writing == 0 && d->n_results > 0 && (lane = delivery_idle_lane(d))) {
-        int room = delivery_room(d);
+        int room = delivery_room(d, false);
         int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
-        delivery_write_results(d, lane, delivery_can_claim(d) && limit > 0 ? limit : 0);
+        delivery_write_results(d, lane, delivery_can_claim(d, false) && limit > 0 ? limit : 0);
     }
     if (ev_is_active(&d->retry))
         return;
     if (d->want_extend && d->inflight > 0 && (lane = delivery_idle_lane(d)))
         delivery_extend_leases(d, lane);
-    if (ev_is_active(&d->retry) || !delivery_can_claim(d))
+    if (ev_is_active(&d->retry) || !delivery_can_claim(d, true))
         return;
     bool claiming = false, claiming_alone = false;
     for (int i = 0; i < N_LANES; i++) {
@@ -758,7 +765,7 @@ static void delivery_pump(crier_delivery *d)
     }
     if (claiming_alone || (claiming && !d->kicked) || !(lane = delivery_idle_lane(d)))
         return;
-    int room = delivery_room(d);
+    int room = delivery_room(d, true);
     delivery_claim(d, lane, room < d->opts.batch_size ? room : d->opts.batch_size);
 }
 
