@@ -601,6 +601,26 @@ static const char *text_at(crier_delivery *d, size_t off)
     return off == SIZE_MAX ? NULL : crier_strbuf_at(&d->text, off);
 }
 
+/* Sends lane's statement (its params set) as state; claim_limit > 0: it claims
+ * up to that many, which answers the wish for a claim. On failure the lane is
+ * idle again and the worker pauses; returns -1. */
+static int delivery_lane_send(crier_delivery *d, delivery_lane *lane, delivery_state state, const char *sql,
+                              int claim_limit)
+{
+    lane->state = state;
+    lane->claim_limit = claim_limit;
+    if (claim_limit > 0) {
+        d->want_claim = false;
+        d->kicked = false;
+    }
+    if (crier_pg_query(lane->pg, sql, &lane->params, delivery_result_cb, lane) == 0)
+        return 0;
+    lane->state = DELIVERY_IDLE;
+    lane->claim_limit = 0;
+    delivery_pause(d);
+    return -1;
+}
+
 /* Writes the queued results on lane; with claim_limit > 0, claims up to that
  * many in the same statement (SQL_COMPLETE_CLAIM). */
 static void delivery_write_results(crier_delivery *d, delivery_lane *lane, int claim_limit)
@@ -637,23 +657,15 @@ static void delivery_write_results(crier_delivery *d, delivery_lane *lane, int c
     for (int i = 0; i < 3; i++)
         crier_pg_params_text(&lane->params, lane->num_text[i]);
     if (claim_limit > 0) {
-        d->want_claim = false;
-        d->kicked = false;
-        lane->claim_limit = claim_limit;
         snprintf(lane->num_text[4], sizeof lane->num_text[4], "%d", claim_limit);
         snprintf(lane->num_text[5], sizeof lane->num_text[5], "%d", d->opts.lease_seconds);
         crier_pg_params_text(&lane->params, lane->num_text[4]);
         crier_pg_params_text(&lane->params, lane->num_text[5]);
     }
     d->writing = d->n_results;
-    lane->state = claim_limit > 0 ? DELIVERY_WRITING_CLAIMING : DELIVERY_WRITING;
-    if (crier_pg_query(lane->pg, claim_limit > 0 ? SQL_COMPLETE_CLAIM : SQL_COMPLETE, &lane->params,
-                       delivery_result_cb, lane) < 0) {
-        lane->state = DELIVERY_IDLE;
-        lane->claim_limit = 0;
+    if (delivery_lane_send(d, lane, claim_limit > 0 ? DELIVERY_WRITING_CLAIMING : DELIVERY_WRITING,
+                           claim_limit > 0 ? SQL_COMPLETE_CLAIM : SQL_COMPLETE, claim_limit) < 0)
         d->writing = 0;
-        delivery_pause(d);
-    }
 }
 
 static void delivery_extend_leases(crier_delivery *d, delivery_lane *lane)
@@ -673,11 +685,7 @@ static void delivery_extend_leases(crier_delivery *d, delivery_lane *lane)
     crier_pg_params_array(&lane->params, &c[1]);
     snprintf(lane->num_text[3], sizeof lane->num_text[3], "%d", d->opts.lease_seconds);
     crier_pg_params_text(&lane->params, lane->num_text[3]);
-    lane->state = DELIVERY_EXTENDING;
-    if (crier_pg_query(lane->pg, SQL_EXTEND, &lane->params, delivery_result_cb, lane) < 0) {
-        lane->state = DELIVERY_IDLE;
-        delivery_pause(d);
-    }
+    delivery_lane_send(d, lane, DELIVERY_EXTENDING, SQL_EXTEND, 0);
 }
 
 /* The sum of the limits of the claims in flight. */
@@ -717,21 +725,13 @@ static delivery_lane *delivery_idle_lane(crier_delivery *d)
 
 static void delivery_claim(crier_delivery *d, delivery_lane *lane, int limit)
 {
-    d->want_claim = false;
-    d->kicked = false;
-    lane->claim_limit = limit;
     snprintf(lane->num_text[0], sizeof lane->num_text[0], "%d", limit);
     snprintf(lane->num_text[1], sizeof lane->num_text[1], "%d", d->opts.lease_seconds);
     snprintf(lane->num_text[2], sizeof lane->num_text[2], "%.3f", d->opts.probe_seconds);
     crier_pg_params_reset(&lane->params);
     for (int i = 0; i < 3; i++)
         crier_pg_params_text(&lane->params, lane->num_text[i]);
-    lane->state = DELIVERY_CLAIMING;
-    if (crier_pg_query(lane->pg, SQL_CLAIM, &lane->params, delivery_result_cb, lane) < 0) {
-        lane->state = DELIVERY_IDLE;
-        lane->claim_limit = 0;
-        delivery_pause(d);
-    }
+    delivery_lane_send(d, lane, DELIVERY_CLAIMING, SQL_CLAIM, limit);
 }
 
 /* Starts what the idle lanes can do: write the results waiting (claiming in
@@ -817,19 +817,20 @@ void crier_delivery_kick(crier_delivery *d)
     delivery_pump(d);
 }
 
-static bool delivery_lanes_idle(const crier_delivery *d)
+/* The lanes with a statement in flight. */
+static int delivery_lanes_busy(const crier_delivery *d)
 {
+    int n = 0;
     for (int i = 0; i < N_LANES; i++)
-        if (d->lanes[i].state != DELIVERY_IDLE)
-            return false;
-    return true;
+        n += d->lanes[i].state != DELIVERY_IDLE;
+    return n;
 }
 
 bool crier_delivery_idle(const crier_delivery *d)
 {
     if (d->opts.parked)
-        return delivery_lanes_idle(d) && d->n_results == 0;
-    return delivery_lanes_idle(d) && d->inflight == 0 && d->n_results == 0 && d->last_empty &&
+        return delivery_lanes_busy(d) == 0 && d->n_results == 0;
+    return delivery_lanes_busy(d) == 0 && d->inflight == 0 && d->n_results == 0 && d->last_empty &&
            !d->want_claim && !ev_is_active(&d->retry);
 }
 
@@ -856,10 +857,7 @@ void crier_delivery_release(crier_delivery *d)
 
 int crier_delivery_pending(const crier_delivery *d)
 {
-    int busy = 0;
-    for (int i = 0; i < N_LANES; i++)
-        busy += d->lanes[i].state != DELIVERY_IDLE;
-    return d->inflight + (int)d->n_results + busy;
+    return d->inflight + (int)d->n_results + delivery_lanes_busy(d);
 }
 
 const crier_delivery_stats *crier_delivery_get_stats(const crier_delivery *d)
