@@ -5,8 +5,13 @@
 -- table analyzed while a backlog was pending made the planner walk the primary key past every
 -- done event, and one never analyzed (a new database) or analyzed when few events waited made
 -- it take a bitmap scan of every pending event and a sort; either way each claim read the
--- whole backlog, and claims slowed down as the backlog grew. Ordered by (lane, id), only that
--- index gives the order; bitmap scans are off for this function.
+-- whole backlog, and claims slowed down as the backlog grew (from 2 to 26 ms per claim of 500
+-- over a backlog of 40,000, the primary-key walk stepping over 29,500 done events at the end).
+-- Only that index gives the order (lane, id) without a sort because the lane is compared as a
+-- range (lane >= p_lane AND lane <= p_lane, which PostgreSQL does not turn into an equality):
+-- with "lane = p_lane" the lane is a constant to the planner and the primary key gives the
+-- same order by id, which it chose after such an analyze. Bitmap scans are off for this
+-- function.
 CREATE OR REPLACE FUNCTION crier.claim_events(p_limit integer, p_lane smallint)
 RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
                "cursor" text)
@@ -15,7 +20,7 @@ SET enable_bitmapscan = off
 AS $$
     SELECT e.id, e.tenant, e.event_type, e.entity_id, e.payload::text, e.attempts, e.cursor
     FROM crier.events e
-    WHERE e.state = 'pending' AND e.available_at <= now() AND e.lane = p_lane
+    WHERE e.state = 'pending' AND e.available_at <= now() AND e.lane >= p_lane AND e.lane <= p_lane
     ORDER BY e.lane, e.id LIMIT p_limit
     FOR UPDATE SKIP LOCKED
 $$;
