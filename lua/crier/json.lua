@@ -274,7 +274,21 @@ end
 -- byte-wise; number keys become strings. Returns the text, or nil and an
 -- error naming the offending path ("$.body.when") for values JSON cannot hold
 -- (functions, NaN, cycles, mixed keys in a json.array, too deep).
+-- Inside crier's own process (not in nginx or busted) the encoding runs in C
+-- (package.loaded["crier.json_native"], src/rules/json_native.c): rules run
+-- under the sandbox's count hook, where LuaJIT interprets, and encoding was
+-- half of what planning a webhook event cost. Same bytes; every refusal and its
+-- message still come from the encoder below.
+local native_encode = type(package) == "table" and package.loaded["crier.json_native"] or nil
 function json.encode(value)
+    if native_encode then
+        -- crier's own process: the same encoder in C (src/rules/json_native.c),
+        -- which returns nothing for a value it leaves to the code below
+        local text = native_encode(value, null, empty_array, array_mt, json.max_depth)
+        if text then
+            return text
+        end
+    end
     local out = {}
     local ok, err = pcall(encode_value, value, out, 0, {})
     if not ok then

@@ -4,6 +4,8 @@
  * through it, copying the results into the caller's plan accumulator. */
 #include "rules.h"
 
+#include "json_native.h"
+
 #include <libpq-fe.h>
 
 #include "log.h"
@@ -336,6 +338,8 @@ crier_rules *crier_rules_load(const char *lua_dir, const char *rules_dir,
     }
     rules->L = L;
     luaL_openlibs(L);
+    /* json.encode in C for the rules (json_native.h): json.lua picks it up */
+    crier_json_native_register(L);
 
     /* package.path = "<lua_dir>/?.lua;<lua_dir>/?/init.lua" */
     lua_getglobal(L, "package");
