@@ -235,7 +235,8 @@ static void encode_object(native_enc *e, int idx, int depth)
             return;
         }
     }
-    qsort(e->box->keys + base, e->n_keys - base, sizeof *e->box->keys, key_cmp);
+    if (e->n_keys - base > 1)
+        qsort(e->box->keys + base, e->n_keys - base, sizeof *e->box->keys, key_cmp);
     for (size_t i = base + 1; i < e->n_keys; i++)
         if (key_cmp(&e->box->keys[i - 1], &e->box->keys[i]) == 0) {
             e->failed = 1; /* json.lua: "two keys encode as …" */
