@@ -54,7 +54,8 @@ static const char bench_pipeline_help[] =
     "sent), for each W in LIST; then COPYs exactly the rows they produced into\n"
     "identical tables (LIKE … INCLUDING ALL: no foreign keys) in one transaction.\n"
     "Prints crier_rows_per_s (notification + delivery rows per second of fan-out),\n"
-    "copy_rows_per_s, their ratio, and each statement's share of the server's time\n"
+    "copy_rows_per_s, their ratio, crier_cpu_us_per_row (the serves' own CPU\n"
+    "time per row) and each statement's share of the server's time\n"
     "(pg_stat_statements). --send lets the serves also send every delivery to a\n"
     "local HTTP receiver and adds deliveries/s. Repeats R times (the worker counts\n"
     "alternate their order), prints medians, min/max and the spread\n"
@@ -89,6 +90,7 @@ typedef struct {
 /* Figures of one worker count over the runs. */
 typedef struct {
     double *crier, *copy, *ratio, *delivered, *db_busy;
+    double *cpu; /* the serves' CPU time (user + system) per row, µs */
     double slowed; /* events the serves handed to their slow lane, all runs */
     bench_statement st[MAX_STATEMENTS * 4];
     int n_st;
@@ -107,6 +109,7 @@ typedef struct {
     crier_http_sink *sink;
     pid_t pids[MAX_WORKERS];
     int n_logs;
+    double serve_cpu_s; /* CPU time of the serves of the current run */
 } bench_ctx;
 
 static int bench_write_rules(bench_ctx *b, unsigned port)
@@ -219,7 +222,7 @@ static int bench_run_serves(bench_ctx *b, int w)
     for (int i = 0; i < w; i++) {
         if (!b->pids[i])
             continue;
-        int st = crier_bench_wait(b->pids[i], timeout);
+        int st = crier_bench_wait_cpu(b->pids[i], timeout, &b->serve_cpu_s);
         if (st < 0)
             st = crier_bench_stop_child(&b->pids[i], 15);
         b->pids[i] = 0;
@@ -374,8 +377,10 @@ static int bench_run(bench_ctx *b, int w, bench_series *s, int i)
         return -1;
     if (b->stats && crier_bench_exec(b->conn, "SELECT pg_stat_statements_reset()") < 0)
         return -1;
+    b->serve_cpu_s = 0;
     if (bench_run_serves(b, w) < 0)
         return -1;
+    s->cpu[i] = b->serve_cpu_s * 1e6 / (2.0 * (double)rows);
     /* the serves' statements, before the bench's own queries below */
     double before_ms = s->all_ms;
     if (b->stats && bench_collect_statements(b, s) < 0)
@@ -484,6 +489,7 @@ static void bench_report(const bench_ctx *b, bench_series *series, double load)
         figure c = figure_of(s->crier, o->repeat), p = figure_of(s->copy, o->repeat);
         figure r = figure_of(s->ratio, o->repeat), d = figure_of(s->delivered, o->repeat);
         figure busy = figure_of(s->db_busy, o->repeat);
+        figure cpu = figure_of(s->cpu, o->repeat);
         qsort(s->st, (size_t)s->n_st, sizeof s->st[0], cmp_statement);
         int shown = s->n_st < 8 ? s->n_st : 8;
         if (o->json) {
@@ -507,6 +513,7 @@ static void bench_report(const bench_ctx *b, bench_series *series, double load)
             json_num("ratio_max", r.hi, 3);
             json_num("delivered_per_s", d.med, 0);
             json_num("db_busy_per_worker", busy.med, 3);
+            json_num("crier_cpu_us_per_row", cpu.med, 2);
             json_num("slow_lane_events", s->slowed, 0);
             printf("\"statements\": [");
             for (int j = 0; j < shown; j++) {
@@ -525,6 +532,8 @@ static void bench_report(const bench_ctx *b, bench_series *series, double load)
         printf("  ratio: %.3f (min %.3f, max %.3f; median of the runs' crier/COPY)\n", r.med, r.lo, r.hi);
         if (o->send)
             printf("  delivered_per_s: %.0f (min %.0f, max %.0f)\n", d.med, d.lo, d.hi);
+        printf("  crier_cpu_us_per_row: %.2f (min %.2f, max %.2f; the serves' user + system CPU per row)\n",
+               cpu.med, cpu.lo, cpu.hi);
         if (s->slowed > 0)
             printf("  slow_lane_events: %.0f (events whose rule ran past --slow-rule, batched by 10: "
                    "a busy machine)\n", s->slowed);
@@ -663,6 +672,7 @@ int crier_bench_pipeline(int argc, char **argv)
         s->ratio = crier_xcalloc((size_t)b.o.repeat, sizeof(double));
         s->delivered = crier_xcalloc((size_t)b.o.repeat, sizeof(double));
         s->db_busy = crier_xcalloc((size_t)b.o.repeat, sizeof(double));
+        s->cpu = crier_xcalloc((size_t)b.o.repeat, sizeof(double));
     }
     if (!b.o.json)
         fprintf(stderr, "bench pipeline: %d events x %d recipients (%s), workers", b.o.events, b.o.recipients,
@@ -709,6 +719,7 @@ out:
         free(series[k].ratio);
         free(series[k].delivered);
         free(series[k].db_busy);
+        free(series[k].cpu);
     }
     crier_cli_free(&b.cli);
     return rc;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -216,13 +217,23 @@ pid_t crier_bench_spawn(char *const argv[], const char *log_path)
 
 int crier_bench_wait(pid_t pid, double timeout_s)
 {
+    return crier_bench_wait_cpu(pid, timeout_s, NULL);
+}
+
+int crier_bench_wait_cpu(pid_t pid, double timeout_s, double *cpu_s)
+{
     double until = crier_clock_s() + timeout_s;
     int status;
+    struct rusage ru;
 
     for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid)
+        pid_t r = wait4(pid, &status, WNOHANG, &ru);
+        if (r == pid) {
+            if (cpu_s)
+                *cpu_s += (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+                          ru.ru_stime.tv_usec / 1e6;
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
         if (r < 0 && errno != EINTR)
             return 255;
         if (crier_clock_s() >= until)

@@ -60,6 +60,9 @@ pid_t crier_bench_spawn(char *const argv[], const char *log_path);
 /* Waits up to timeout_s for child pid. Returns its exit status, 128 + the
  * signal that killed it, or -1 if it is still running. */
 int crier_bench_wait(pid_t pid, double timeout_s);
+/* crier_bench_wait that also adds the child's CPU time (user + system,
+ * seconds) to *cpu_s when it has exited (cpu_s may be NULL). */
+int crier_bench_wait_cpu(pid_t pid, double timeout_s, double *cpu_s);
 /* Stops child *pid (SIGTERM, then SIGKILL after grace_s) and reaps it; sets
  * *pid to 0. Returns its exit status as crier_bench_wait does. */
 int crier_bench_stop_child(pid_t *pid, double grace_s);
