@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How long a worker writes with conflict checks after a batch met an existing key. */
+#define FANOUT_CHECKED_SECONDS 60.0
+
 /* How many slow event types the fast lane remembers, and for how long. */
 #define FANOUT_SLOW_TYPES 32
 #define FANOUT_SLOW_TYPE_SECONDS 60.0
@@ -147,6 +150,9 @@ struct crier_fanout {
     bool last_empty;   /* the last claim found nothing */
     bool batch_full;   /* the last claim filled the batch: go again at once */
     bool released;     /* the batch's time budget released events: go again at once */
+    bool write_checked; /* the batch's write is SQL_WRITE_CHECKED */
+    bool redo;          /* the batch met an existing key: roll back, claim again at once */
+    double checked_until; /* monotonic seconds: write SQL_WRITE_CHECKED until then */
     ev_timer retry;    /* back-off after a database error */
 
     fanout_event *events;
@@ -198,92 +204,107 @@ static const char SQL_SETTINGS[] =
 
 /* The batch's single write statement; its parameters are the WRITE_… values.
  * Feed deliveries (channel "feed") become feed items, not deliveries; the
- * recipient's stored preferences apply to every channel. */
-static const char SQL_WRITE[] =
-    "WITH ins AS ("
-    "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"
-    "      entity_id, recipient_id, discriminator, rules_version)"
-    "  SELECT p.*, $9 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],"
-    "      $6::text[], $7::text[], $8::text[])"
+ * recipient's stored preferences apply to every channel.
+ *
+ * Two variants (SQL_WRITE_NEW, SQL_WRITE_CHECKED) differ only in how the
+ * notifications go in. Most batches create only new keys, and a plain insert
+ * costs about a quarter less than ON CONFLICT DO NOTHING (which probes the
+ * unique index first and confirms every row with a second WAL record;
+ * docs/BENCHMARKS.md): SQL_WRITE_NEW. If a key exists after all (an entity's
+ * event emitted again under another dedupe key, a replay, another worker's
+ * batch), the unique index refuses it, the batch rolls back untouched and runs
+ * again at once with SQL_WRITE_CHECKED, which skips existing keys; the worker
+ * then keeps checking for FANOUT_CHECKED_SECONDS. Events tried before, and
+ * further pages of an audience, always run checked. */
+#define SQL_WRITE_NOTIFICATIONS                                                                    \
+    "WITH ins AS ("                                                                                \
+    "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"        \
+    "      entity_id, recipient_id, discriminator, rules_version)"                                  \
+    "  SELECT p.*, $9 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],"  \
+    "      $6::text[], $7::text[], $8::text[])"                                                     \
     "      AS p(key_hash, key, event_id, tenant, event_type, entity_id, recipient_id, discriminator)"
-    "  ON CONFLICT (key_hash) DO NOTHING"
-    "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type"
-    /* the batch's recipients who have stored preferences: one probe per distinct
-     * recipient, so that deliveries to the others skip the per-delivery probe */
-    "), with_prefs AS MATERIALIZED ("
-    "  SELECT DISTINCT p.tenant, p.recipient_id FROM crier.preferences p"
-    "  JOIN (SELECT DISTINCT * FROM unnest($4::text[], $7::text[])) AS r(tenant, recipient_id)"
-    "    ON p.tenant = r.tenant AND p.recipient_id = r.recipient_id"
-    "), planned AS ("
-    "  SELECT q.*, (q.pref).enabled AS pref_enabled, (q.pref).event_type AS pref_type,"
-    "      (q.pref).channel AS pref_channel"
-    "  FROM (SELECT ins.id AS notification_id, ins.tenant, ins.recipient_id, ins.event_type, ins.key_hash,"
-    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id, d.timing,"
-    /* the preference that applies (the most specific), looked up only for
-     * recipients who have any: a per-row lookup cost 1 µs even when it found nothing */
-    "      CASE WHEN d.honor AND (ins.tenant, ins.recipient_id) IN (SELECT * FROM with_prefs) THEN ("
-    "          SELECT p FROM crier.preferences p"
-    "          WHERE p.tenant = ins.tenant AND p.recipient_id = ins.recipient_id"
-    "            AND p.event_type IN (ins.event_type, '*') AND p.channel IN (d.channel, '*')"
-    "          ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) END AS pref"
-    "    FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[],"
-    "        $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[])"
-    "        AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing)"
-    "    JOIN ins ON ins.key_hash = d.key_hash OFFSET 0) q"
-    "), dlv AS ("
-    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,"
-    "      subject, html, sender, retry_schedule, timing, state, last_error)"
-    "  SELECT p.notification_id, p.tenant, p.channel, p.message_id,"
-    "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[], p.timing::jsonb,"
-    "      CASE WHEN p.pref_enabled = false THEN 'suppressed' WHEN p.timing IS NOT NULL THEN 'timing'"
-    "          ELSE 'pending' END,"
-    "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '"
-    "          || p.pref_type || ', channel ' || p.pref_channel || ')' END"
-    "  FROM planned p WHERE p.channel <> 'feed'"
-    "  RETURNING 1"
-    "), feed AS ("
-    "  INSERT INTO crier.feed_items (tenant, recipient_id, notification_id, event_type, content)"
-    "  SELECT p.tenant, p.recipient_id, p.notification_id, p.event_type, p.body::jsonb"
-    "  FROM planned p WHERE p.channel = 'feed' AND p.pref_enabled IS NOT false"
-    "  RETURNING 1"
-    "), aud AS ("
-    "  INSERT INTO crier.audience_items (tenant, audience, event_id, event_type, content, backfill)"
-    "  SELECT e.tenant, a.audience, e.id, e.event_type, a.content::jsonb, a.backfill"
-    "  FROM unnest($27::bigint[], $28::text[], $29::text[], $30::bool[]) AS a(event_id, audience, content, backfill)"
-    "  JOIN crier.events e ON e.id = a.event_id"
-    "  ON CONFLICT (event_id, audience) DO NOTHING"
-    "  RETURNING 1"
-    "), done AS ("
-    "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
-    "      rules_version = $9, last_error = NULL, pages = pages + 1"
-    "  WHERE id = ANY($15::bigint[])"
-    "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency"
-    "), more AS ("
-    "  UPDATE crier.events AS e SET cursor = m.cursor, pages = e.pages + 1, rules_version = $9,"
-    "      last_error = NULL"
-    "  FROM unnest($25::bigint[], $26::text[]) AS m(id, cursor)"
-    "  WHERE e.id = m.id"
-    "  RETURNING 1"
-    "), failed AS ("
-    "  UPDATE crier.events AS e SET attempts = e.attempts + 1, last_error = f.error,"
-    "      rules_version = $9,"
-    "      state = CASE WHEN f.permanent OR e.attempts + 1 >= $19::int THEN 'dead' ELSE 'pending' END,"
-    "      processed_at = CASE WHEN f.permanent OR e.attempts + 1 >= $19::int THEN now() END,"
-    "      available_at = now() + make_interval(secs => least(300, power(2, e.attempts + 1))"
-    "          * (0.5 + random() / 2))"
-    "  FROM unnest($16::bigint[], $17::text[], $18::bool[]) AS f(id, error, permanent)"
-    "  WHERE e.id = f.id"
-    "  RETURNING e.state"
-    "), slowed AS ("
-    "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])"
-    "  RETURNING 1"
-    ")"
-    /* GET /metrics' counters, in the batch's transaction (sql/functions/metrics_fanout.sql) */
-    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done),"
-    "        (SELECT count(*) FROM failed WHERE state = 'dead'),"
-    "        crier.metrics_fanout((SELECT count(*) FROM ins), (SELECT count(*) FROM failed WHERE state = 'dead'),"
-    "            (SELECT array_agg(latency) FROM done),"
-    "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))";
+#define SQL_WRITE_REST                                                                             \
+    "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type" \
+    /* the batch's recipients who have stored preferences: one probe per distinct \
+     * recipient, so that deliveries to the others skip the per-delivery probe */ \
+    "), with_prefs AS MATERIALIZED (" \
+    "  SELECT DISTINCT p.tenant, p.recipient_id FROM crier.preferences p" \
+    "  JOIN (SELECT DISTINCT * FROM unnest($4::text[], $7::text[])) AS r(tenant, recipient_id)" \
+    "    ON p.tenant = r.tenant AND p.recipient_id = r.recipient_id" \
+    "), planned AS (" \
+    "  SELECT q.*, (q.pref).enabled AS pref_enabled, (q.pref).event_type AS pref_type," \
+    "      (q.pref).channel AS pref_channel" \
+    "  FROM (SELECT ins.id AS notification_id, ins.tenant, ins.recipient_id, ins.event_type, ins.key_hash," \
+    "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id, d.timing," \
+    /* the preference that applies (the most specific), looked up only for \
+     * recipients who have any: a per-row lookup cost 1 µs even when it found nothing */ \
+    "      CASE WHEN d.honor AND (ins.tenant, ins.recipient_id) IN (SELECT * FROM with_prefs) THEN (" \
+    "          SELECT p FROM crier.preferences p" \
+    "          WHERE p.tenant = ins.tenant AND p.recipient_id = ins.recipient_id" \
+    "            AND p.event_type IN (ins.event_type, '*') AND p.channel IN (d.channel, '*')" \
+    "          ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) END AS pref" \
+    "    FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[]," \
+    "        $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[])" \
+    "        AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing)" \
+    "    JOIN ins ON ins.key_hash = d.key_hash OFFSET 0) q" \
+    "), dlv AS (" \
+    "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret," \
+    "      subject, html, sender, retry_schedule, timing, state, last_error)" \
+    "  SELECT p.notification_id, p.tenant, p.channel, p.message_id," \
+    "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[], p.timing::jsonb," \
+    "      CASE WHEN p.pref_enabled = false THEN 'suppressed' WHEN p.timing IS NOT NULL THEN 'timing'" \
+    "          ELSE 'pending' END," \
+    "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '" \
+    "          || p.pref_type || ', channel ' || p.pref_channel || ')' END" \
+    "  FROM planned p WHERE p.channel <> 'feed'" \
+    "  RETURNING 1" \
+    "), feed AS (" \
+    "  INSERT INTO crier.feed_items (tenant, recipient_id, notification_id, event_type, content)" \
+    "  SELECT p.tenant, p.recipient_id, p.notification_id, p.event_type, p.body::jsonb" \
+    "  FROM planned p WHERE p.channel = 'feed' AND p.pref_enabled IS NOT false" \
+    "  RETURNING 1" \
+    "), aud AS (" \
+    "  INSERT INTO crier.audience_items (tenant, audience, event_id, event_type, content, backfill)" \
+    "  SELECT e.tenant, a.audience, e.id, e.event_type, a.content::jsonb, a.backfill" \
+    "  FROM unnest($27::bigint[], $28::text[], $29::text[], $30::bool[]) AS a(event_id, audience, content, backfill)" \
+    "  JOIN crier.events e ON e.id = a.event_id" \
+    "  ON CONFLICT (event_id, audience) DO NOTHING" \
+    "  RETURNING 1" \
+    "), done AS (" \
+    "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now()," \
+    "      rules_version = $9, last_error = NULL, pages = pages + 1" \
+    "  WHERE id = ANY($15::bigint[])" \
+    "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency" \
+    "), more AS (" \
+    "  UPDATE crier.events AS e SET cursor = m.cursor, pages = e.pages + 1, rules_version = $9," \
+    "      last_error = NULL" \
+    "  FROM unnest($25::bigint[], $26::text[]) AS m(id, cursor)" \
+    "  WHERE e.id = m.id" \
+    "  RETURNING 1" \
+    "), failed AS (" \
+    "  UPDATE crier.events AS e SET attempts = e.attempts + 1, last_error = f.error," \
+    "      rules_version = $9," \
+    "      state = CASE WHEN f.permanent OR e.attempts + 1 >= $19::int THEN 'dead' ELSE 'pending' END," \
+    "      processed_at = CASE WHEN f.permanent OR e.attempts + 1 >= $19::int THEN now() END," \
+    "      available_at = now() + make_interval(secs => least(300, power(2, e.attempts + 1))" \
+    "          * (0.5 + random() / 2))" \
+    "  FROM unnest($16::bigint[], $17::text[], $18::bool[]) AS f(id, error, permanent)" \
+    "  WHERE e.id = f.id" \
+    "  RETURNING e.state" \
+    "), slowed AS (" \
+    "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])" \
+    "  RETURNING 1" \
+    ")" \
+    /* GET /metrics' counters, in the batch's transaction (sql/functions/metrics_fanout.sql) */ \
+    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done)," \
+    "        (SELECT count(*) FROM failed WHERE state = 'dead')," \
+    "        crier.metrics_fanout((SELECT count(*) FROM ins), (SELECT count(*) FROM failed WHERE state = 'dead')," \
+    "            (SELECT array_agg(latency) FROM done)," \
+    "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))"
+
+static const char SQL_WRITE_NEW[] = SQL_WRITE_NOTIFICATIONS SQL_WRITE_REST;
+static const char SQL_WRITE_CHECKED[] =
+    SQL_WRITE_NOTIFICATIONS "  ON CONFLICT (key_hash) DO NOTHING" SQL_WRITE_REST;
 
 /* After the write, when the batch planned deliveries with a timing: holds,
  * throttles, digests (sql/functions/apply_timing.sql). */
@@ -479,6 +500,20 @@ static crier_rule_event fanout_rule_event(crier_fanout *f, size_t i)
     return ev;
 }
 
+/* Whether the batch's notifications may meet existing keys, so that its write
+ * must skip them (SQL_WRITE_CHECKED) rather than insert them plainly: an event
+ * tried before (a crash, a failed attempt, a replay) or a further page of an
+ * audience, or a recent batch of this worker met one. */
+static bool fanout_needs_checked_write(const crier_fanout *f)
+{
+    if (crier_clock_s() < f->checked_until)
+        return true;
+    for (size_t i = 0; i < f->n_events; i++)
+        if (f->events[i].attempts > 0 || f->events[i].cursor != SIZE_MAX)
+            return true;
+    return false;
+}
+
 static void fanout_plan_and_write(crier_fanout *f)
 {
     char err[4096];
@@ -650,7 +685,8 @@ static void fanout_plan_and_write(crier_fanout *f)
         else
             crier_pg_params_array(&f->params, &c[i]);
     }
-    fanout_send(f, FANOUT_WRITE, SQL_WRITE, &f->params);
+    f->write_checked = fanout_needs_checked_write(f);
+    fanout_send(f, FANOUT_WRITE, f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW, &f->params);
 }
 
 /* crier_rules_batch_recipients' callback: one (tenant, recipient) pair of SQL_SETTINGS. */
@@ -741,6 +777,15 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
     fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
 }
 
+/* True when res is the unique index on notification keys refusing a key. */
+static bool fanout_met_existing_key(const PGresult *res)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    const char *constraint = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME);
+    return state && strcmp(state, "23505") == 0 && constraint &&
+           strcmp(constraint, "notifications_key_hash_key") == 0;
+}
+
 static void fanout_result(void *ud, PGresult *res, const char *err)
 {
     crier_fanout *f = ud;
@@ -753,6 +798,19 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         return;
     }
     ExecStatusType st = PQresultStatus(res);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && was == FANOUT_WRITE && !f->write_checked &&
+        fanout_met_existing_key(res)) {
+        /* not an error: the batch runs again with SQL_WRITE_CHECKED */
+        crier_info("fanout", "a notification of this batch of %zu events exists already: the batch is "
+                             "rolled back and runs again skipping existing keys (and so do this worker's "
+                             "batches for the next %.0f s)",
+                   f->n_events, FANOUT_CHECKED_SECONDS);
+        f->checked_until = crier_clock_s() + FANOUT_CHECKED_SECONDS;
+        f->redo = true;
+        f->n_events = 0;
+        fanout_send(f, FANOUT_ROLLBACK, "ROLLBACK", NULL);
+        return;
+    }
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
         snprintf(msg, sizeof msg, "%s", PQresultErrorMessage(res));
         if (was == FANOUT_ROLLBACK) {
@@ -803,6 +861,12 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         break;
     case FANOUT_ROLLBACK:
         f->state = FANOUT_IDLE;
+        if (f->redo) { /* the batch met an existing key: claim again now, checked */
+            f->redo = false;
+            f->kicked = true;
+            fanout_step(f);
+            break;
+        }
         if (!ev_is_active(&f->retry)) {
             ev_timer_set(&f->retry, 1.0, 0.);
             ev_timer_start(f->loop, &f->retry);
