@@ -333,6 +333,7 @@ static void fanout_abort(crier_fanout *f, const char *why)
 {
     crier_error("fanout", "batch abandoned: %s", why);
     f->n_events = 0;
+    f->redo = false; /* the pause below applies, not an immediate claim */
     if (crier_pg_ok(f->pg) && f->state != FANOUT_ROLLBACK && f->state != FANOUT_IDLE &&
         f->state != FANOUT_BEGIN) {
         fanout_send(f, FANOUT_ROLLBACK, "ROLLBACK", NULL);

@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Upvalue-free: the sentinels come as arguments, from json.lua. */
+/* The arguments (from json.lua, which owns the sentinels); the closure's
+ * upvalues are string.format and the buffers' box (crier_json_native_register). */
 enum { ARG_VALUE = 1, ARG_NULL, ARG_EMPTY_ARRAY, ARG_ARRAY_MT, ARG_MAX_DEPTH };
 
 /* A text longer than this is left to json.lua (which holds it in Lua memory,
@@ -55,18 +56,18 @@ static int box_gc(lua_State *L)
 
 typedef struct {
     lua_State *L;
-    native_box *box; /* owns the text and the keys' stack */
-    size_t len, cap;
+    native_box *box; /* owns the text and the keys' stack, and their capacities */
+    size_t len;
     const void *path[600]; /* the tables being encoded, outermost first (cycles) */
-    size_t n_keys, cap_keys; /* object keys (box->keys), a stack shared by the nesting levels */
+    size_t n_keys; /* object keys in box->keys, a stack shared by the nesting levels */
     int max_depth;
     int failed;
 } native_enc;
 
 static int put(native_enc *e, const char *s, size_t n)
 {
-    if (e->len + n > e->cap) {
-        size_t cap = e->cap ? e->cap : 1024;
+    if (e->len + n > e->box->cap) {
+        size_t cap = e->box->cap ? e->box->cap : 1024;
         while (cap < e->len + n)
             cap *= 2;
         if (cap > NATIVE_MAX_TEXT)
@@ -75,7 +76,7 @@ static int put(native_enc *e, const char *s, size_t n)
         if (!p)
             return e->failed = 1, -1;
         e->box->buf = p;
-        e->cap = cap;
+        e->box->cap = cap;
     }
     memcpy(e->box->buf + e->len, s, n);
     e->len += n;
@@ -204,8 +205,8 @@ static void encode_object(native_enc *e, int idx, int depth)
     while (lua_next(L, idx)) {
         native_key *k;
         lua_pop(L, 1);
-        if (e->n_keys == e->cap_keys) {
-            size_t cap = e->cap_keys ? e->cap_keys * 2 : 64;
+        if (e->n_keys == e->box->cap_keys) {
+            size_t cap = e->box->cap_keys ? e->box->cap_keys * 2 : 64;
             native_key *p = realloc(e->box->keys, cap * sizeof *p);
             if (!p) {
                 lua_pop(L, 1);
@@ -213,7 +214,7 @@ static void encode_object(native_enc *e, int idx, int depth)
                 return;
             }
             e->box->keys = p;
-            e->cap_keys = cap;
+            e->box->cap_keys = cap;
         }
         k = &e->box->keys[e->n_keys++];
         k->key_is_number = lua_type(L, -1) == LUA_TNUMBER;
@@ -378,11 +379,7 @@ static int json_encode_native(lua_State *L)
     e.L = L;
     e.max_depth = max_depth;
     e.box = box;
-    e.cap = box->cap;
-    e.cap_keys = box->cap_keys;
     encode_value(&e, ARG_VALUE, 0);
-    box->cap = e.cap;
-    box->cap_keys = e.cap_keys;
     if (!e.failed)
         lua_pushlstring(L, box->buf ? box->buf : "", e.len);
     if (box->cap > NATIVE_KEEP_TEXT) {
