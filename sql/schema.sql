@@ -166,6 +166,30 @@ CREATE FUNCTION crier.check_delivery_children_row() RETURNS trigger
     AS $$ … $$; -- the body: sql/functions/check_delivery_children_row.sql
 
 --
+-- Name: check_digest_children(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_digest_children() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_digest_children.sql
+
+--
+-- Name: check_digest_children_row(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_digest_children_row() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_digest_children_row.sql
+
+--
+-- Name: check_digest_reference(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.check_digest_reference() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/check_digest_reference.sql
+
+--
 -- Name: check_event_children(); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -1558,6 +1582,18 @@ CREATE TRIGGER deliveries_check_children_delete AFTER DELETE ON crier.deliveries
 CREATE TRIGGER deliveries_check_children_update AFTER UPDATE OF id ON crier.deliveries FOR EACH ROW WHEN ((old.id IS DISTINCT FROM new.id)) EXECUTE FUNCTION crier.check_delivery_children_row();
 
 --
+-- Name: deliveries deliveries_check_digest_insert; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER deliveries_check_digest_insert AFTER INSERT ON crier.deliveries FOR EACH ROW WHEN ((new.digest_id IS NOT NULL)) EXECUTE FUNCTION crier.check_digest_reference();
+
+--
+-- Name: deliveries deliveries_check_digest_update; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER deliveries_check_digest_update AFTER UPDATE OF digest_id ON crier.deliveries FOR EACH ROW WHEN (((new.digest_id IS NOT NULL) AND (new.digest_id IS DISTINCT FROM old.digest_id))) EXECUTE FUNCTION crier.check_digest_reference();
+
+--
 -- Name: deliveries deliveries_metrics_insert; Type: TRIGGER; Schema: crier; Owner: -
 --
 
@@ -1568,6 +1604,18 @@ CREATE TRIGGER deliveries_metrics_insert AFTER INSERT ON crier.deliveries FOR EA
 --
 
 CREATE TRIGGER deliveries_metrics_update AFTER UPDATE OF state ON crier.deliveries FOR EACH ROW WHEN (((new.state = ANY (ARRAY['dead'::text, 'suppressed'::text, 'digested'::text])) AND (old.state IS DISTINCT FROM new.state))) EXECUTE FUNCTION crier.metrics_delivery_state();
+
+--
+-- Name: digests digests_check_children_delete; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER digests_check_children_delete AFTER DELETE ON crier.digests REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION crier.check_digest_children();
+
+--
+-- Name: digests digests_check_children_update; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER digests_check_children_update AFTER UPDATE OF id ON crier.digests FOR EACH ROW WHEN ((old.id IS DISTINCT FROM new.id)) EXECUTE FUNCTION crier.check_digest_children_row();
 
 --
 -- Name: events events_check_children_delete; Type: TRIGGER; Schema: crier; Owner: -
@@ -1648,13 +1696,6 @@ ALTER TABLE ONLY crier.api_keys
 
 ALTER TABLE ONLY crier.audience_items
     ADD CONSTRAINT audience_items_event_id_fkey FOREIGN KEY (event_id) REFERENCES crier.events(id);
-
---
--- Name: deliveries deliveries_digest_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.deliveries
-    ADD CONSTRAINT deliveries_digest_id_fkey FOREIGN KEY (digest_id) REFERENCES crier.digests(id);
 
 --
 -- Name: feed_items feed_items_notification_id_fkey; Type: FK CONSTRAINT; Schema: crier; Owner: -

@@ -80,7 +80,7 @@ enum {
     WRITE_DISCRIMINATOR,     /* $8  text[] */
     WRITE_RULES_VERSION,     /* $9  text */
     /* deliveries, one element per planned delivery */
-    WRITE_DELIVERY_KEY_HASH, /* $10 uuid[]: its notification */
+    WRITE_DELIVERY_OF,       /* $10 bigint[]: its notification's position in $1 (1-based) */
     WRITE_CHANNEL,           /* $11 text[] */
     WRITE_TARGET,            /* $12 text[] */
     WRITE_BODY,              /* $13 text[] */
@@ -216,15 +216,22 @@ static const char SQL_SETTINGS[] =
  * again at once with SQL_WRITE_CHECKED, which skips existing keys; the worker
  * then keeps checking for FANOUT_CHECKED_SECONDS. Events tried before, and
  * further pages of an audience, always run checked. */
-#define SQL_WRITE_NOTIFICATIONS                                                                    \
-    "WITH ins AS ("                                                                                \
-    "  INSERT INTO crier.notifications AS n (key_hash, key, event_id, tenant, event_type,"        \
+#define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED)                                                      \
+    /* (the comment names the statement in pg_stat_statements and pg_stat_activity) */             \
+    /* the notifications' ids are drawn here, so that each delivery finds its notification \
+     * by its position in $1 (a join on an integer, without reading the insert's RETURNING) */ \
+    "/* crier fan-out write */ WITH src AS MATERIALIZED ("                                          \
+    "  SELECT nextval('crier.notifications_id_seq') AS id, p.*"                                    \
+    "  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],"      \
+    "      $7::text[], $8::text[]) WITH ORDINALITY"                                                 \
+    "      AS p(key_hash, key, event_id, tenant, event_type, entity_id, recipient_id, discriminator, ord)" \
+    "), ins AS ("                                                                                  \
+    "  INSERT INTO crier.notifications AS n (id, key_hash, key, event_id, tenant, event_type,"    \
     "      entity_id, recipient_id, discriminator, rules_version)"                                  \
-    "  SELECT p.*, $9 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],"  \
-    "      $6::text[], $7::text[], $8::text[])"                                                     \
-    "      AS p(key_hash, key, event_id, tenant, event_type, entity_id, recipient_id, discriminator)"
-#define SQL_WRITE_REST                                                                             \
-    "  RETURNING n.id, n.key_hash, n.tenant, n.recipient_id, n.event_type" \
+    "  SELECT s.id, s.key_hash, s.key, s.event_id, s.tenant, s.event_type, s.entity_id,"          \
+    "      s.recipient_id, s.discriminator, $9 FROM src s"                                          \
+    ON_CONFLICT                                                                                    \
+    "  RETURNING n.id" \
     /* the batch's recipients who have stored preferences: one probe per distinct \
      * recipient, so that deliveries to the others skip the per-delivery probe */ \
     "), with_prefs AS MATERIALIZED (" \
@@ -234,19 +241,21 @@ static const char SQL_SETTINGS[] =
     "), planned AS (" \
     "  SELECT q.*, (q.pref).enabled AS pref_enabled, (q.pref).event_type AS pref_type," \
     "      (q.pref).channel AS pref_channel" \
-    "  FROM (SELECT ins.id AS notification_id, ins.tenant, ins.recipient_id, ins.event_type, ins.key_hash," \
+    "  FROM (SELECT src.id AS notification_id, src.tenant, src.recipient_id, src.event_type," \
     "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id, d.timing," \
     /* the preference that applies (the most specific), looked up only for \
      * recipients who have any: a per-row lookup cost 1 µs even when it found nothing */ \
-    "      CASE WHEN d.honor AND (ins.tenant, ins.recipient_id) IN (SELECT * FROM with_prefs) THEN (" \
+    "      CASE WHEN d.honor AND (src.tenant, src.recipient_id) IN (SELECT * FROM with_prefs) THEN (" \
     "          SELECT p FROM crier.preferences p" \
-    "          WHERE p.tenant = ins.tenant AND p.recipient_id = ins.recipient_id" \
-    "            AND p.event_type IN (ins.event_type, '*') AND p.channel IN (d.channel, '*')" \
+    "          WHERE p.tenant = src.tenant AND p.recipient_id = src.recipient_id" \
+    "            AND p.event_type IN (src.event_type, '*') AND p.channel IN (d.channel, '*')" \
     "          ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) END AS pref" \
-    "    FROM unnest($10::uuid[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[]," \
+    "    FROM unnest($10::bigint[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[]," \
     "        $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[])" \
-    "        AS d(key_hash, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing)" \
-    "    JOIN ins ON ins.key_hash = d.key_hash OFFSET 0) q" \
+    "        AS d(notification, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing)" \
+    "    JOIN src ON src.ord = d.notification" \
+    ONLY_INSERTED \
+    "    OFFSET 0) q" \
     "), dlv AS (" \
     "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret," \
     "      subject, html, sender, retry_schedule, timing, state, last_error)" \
@@ -302,9 +311,11 @@ static const char SQL_SETTINGS[] =
     "            (SELECT array_agg(latency) FROM done)," \
     "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))"
 
-static const char SQL_WRITE_NEW[] = SQL_WRITE_NOTIFICATIONS SQL_WRITE_REST;
+/* The notifications go in plainly; a key that exists already fails the statement. */
+static const char SQL_WRITE_NEW[] = SQL_WRITE("", "");
+/* Existing keys are skipped, and so are their deliveries. */
 static const char SQL_WRITE_CHECKED[] =
-    SQL_WRITE_NOTIFICATIONS "  ON CONFLICT (key_hash) DO NOTHING" SQL_WRITE_REST;
+    SQL_WRITE("  ON CONFLICT (key_hash) DO NOTHING", "    WHERE src.id IN (SELECT id FROM ins)");
 
 /* After the write, when the batch planned deliveries with a timing: holds,
  * throttles, digests (sql/functions/apply_timing.sql). */
@@ -530,7 +541,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         [WRITE_RECIPIENT_ID] = CRIER_PG_TEXT,
         [WRITE_DISCRIMINATOR] = CRIER_PG_TEXT,
         [WRITE_RULES_VERSION] = 0, /* text */
-        [WRITE_DELIVERY_KEY_HASH] = CRIER_PG_UUID,
+        [WRITE_DELIVERY_OF] = CRIER_PG_INT8,
         [WRITE_CHANNEL] = CRIER_PG_TEXT,
         [WRITE_TARGET] = CRIER_PG_TEXT,
         [WRITE_BODY] = CRIER_PG_TEXT,
@@ -651,7 +662,7 @@ static void fanout_plan_and_write(crier_fanout *f)
         crier_pg_array_add_str(&c[WRITE_DISCRIMINATOR], kp.discriminator);
         for (size_t d = pr->first_delivery; d < pr->first_delivery + pr->n_deliveries; d++) {
             const crier_plan_delivery *pd = &f->plan.deliveries[d];
-            crier_pg_array_add_uuid(&c[WRITE_DELIVERY_KEY_HASH], h);
+            crier_pg_array_add_int64(&c[WRITE_DELIVERY_OF], (int64_t)c[WRITE_KEY_HASH].count);
             crier_pg_array_add_str(&c[WRITE_CHANNEL], pd->channel);
             crier_pg_array_add_str(&c[WRITE_TARGET], pd->target);
             crier_pg_array_add_text(&c[WRITE_BODY], pd->body, pd->body_len);

@@ -7,7 +7,8 @@
 # a fan-out no row lacks its parent. Since sql/021 the same holds for delivery_attempts →
 # deliveries (crier.complete_deliveries updates the deliveries before it records their
 # attempts): a delivery with attempts cannot be deleted or renumbered, a DELETE racing the
-# result write waits for it and then fails, and no attempt lacks its delivery.
+# result write waits for it and then fails, and no attempt lacks its delivery. Since sql/024
+# the same holds for deliveries → digests, and a delivery cannot name a missing digest.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -125,4 +126,40 @@ wait "$writer" || fail "the racing result write failed: $(cat "$WORK/complete.lo
 note "the DELETE waited $waited ms for the result write, then was refused"
 assert_eq "1 delivered" "$(sql "SELECT (SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id = $rid) || ' ' || state
                                 FROM crier.deliveries WHERE id = $rid")" "the raced delivery and its attempt"
+
+# deliveries → digests (sql/024): a trigger that fires only for rows naming a digest.
+# A delivery cannot name a missing digest (insert or update); a digest that deliveries name
+# cannot be deleted or renumbered; a DELETE racing the transaction that named it waits, then fails.
+digest=$(sql "INSERT INTO crier.digests (tenant, recipient_id, channel, digest_key, event_type, window_start, window_end)
+              VALUES ('globex', 'admin_1', 'webhook', 'refs', 'invoice.created', now(), now() + interval '1 hour')
+              RETURNING id")
+parked=$(sql "SELECT min(id) FROM crier.deliveries WHERE state = 'pending'")
+[ -n "$parked" ] || fail "no parked delivery left to name a digest"
+expect_23503 "UPDATE crier.deliveries SET digest_id = $digest + 1000 WHERE id = $parked"
+expect_23503 "INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, state, digest_id)
+              SELECT notification_id, tenant, 'refs', message_id, target, body, 'digested', $digest + 1000
+              FROM crier.deliveries WHERE id = $parked"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.deliveries WHERE channel = 'refs' OR digest_id IS NOT NULL")" \
+    "deliveries naming a digest after the refused writes"
+{
+    echo "BEGIN;"
+    echo "UPDATE crier.deliveries SET digest_id = $digest WHERE id = $parked;"
+    sleep 2
+    echo "COMMIT;"
+} | psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/digest.log" 2>&1 &
+writer=$!
+sleep 0.5
+start=$(date +%s%N)
+expect_23503 "DELETE FROM crier.digests WHERE id = $digest"
+waited=$((($(date +%s%N) - start) / 1000000))
+wait "$writer" || fail "the update naming the digest failed: $(cat "$WORK/digest.log")"
+[ "$waited" -ge 1000 ] || fail "the digest's DELETE did not wait for the update naming it (it returned after $waited ms)"
+note "the digest's DELETE waited $waited ms for the update naming it, then was refused"
+expect_23503 "DELETE FROM crier.digests WHERE tenant = 'globex'"
+expect_23503 "UPDATE crier.digests SET id = -id WHERE id = $digest"
+assert_eq "$digest" "$(sql "SELECT digest_id FROM crier.deliveries WHERE id = $parked")" "the delivery's digest"
+# Unnamed first, then the digest: allowed.
+sql "UPDATE crier.deliveries SET digest_id = NULL WHERE id = $parked" >/dev/null
+sql "DELETE FROM crier.digests WHERE id = $digest" >/dev/null
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.digests WHERE id = $digest")" "the digest, deleted once unnamed"
 echo "ok"

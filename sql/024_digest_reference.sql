@@ -1,0 +1,17 @@
+-- 024_digest_reference.sql — deliveries.digest_id → digests.id kept by a trigger that runs only
+-- for the rows that name a digest (issue 12).
+--
+-- As a foreign key, PostgreSQL queued and ran its check trigger for every inserted delivery,
+-- even though only a digest's items (state 'digested', set by crier.release_delivery) and
+-- nothing the fan-out inserts name one: 2,500 trigger calls per fan-out batch of 2,500
+-- deliveries that each found a NULL and returned, 1.2–2 ms of the write (docs/BENCHMARKS.md,
+-- Pipeline). The same rules hold, with the same SQLSTATE 23503 (foreign_key_violation):
+--   - a delivery inserted or updated with a digest_id that names no digest is refused, and
+--     the digest is locked FOR KEY SHARE until the transaction ends, as the key did, so a
+--     concurrent DELETE of the digest waits and then fails
+--     (functions/check_digest_reference.sql: a row trigger whose WHEN clause keeps NULLs out);
+--   - a digest that deliveries refer to cannot be deleted nor change its id
+--     (functions/check_digest_children.sql: one set-based check per statement).
+-- Not checked any more: TRUNCATE of crier.digests alone (truncate crier.deliveries with it).
+-- tests/integration/fanout_references.sh tries each.
+ALTER TABLE crier.deliveries DROP CONSTRAINT deliveries_digest_id_fkey;
