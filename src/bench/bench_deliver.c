@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "bench.h"
 #include "alloc.h"
+#include "bench_cpu.h"
 #include "bench_util.h"
 #include "cli.h"
 #include "clock.h"
@@ -87,6 +88,10 @@ typedef struct {
 /* Figures of one run; NAN where a phase was skipped. */
 typedef struct {
     double http_per_s, receiver_per_s, floor_per_s;
+    /* CPU time per delivery (µs, user + system) of the throughput run's parts:
+     * crier serve, nginx, the PostgreSQL server (NAN when it is not local);
+     * and of the floor run's (this process's engine, the server) */
+    double cpu_crier_us, cpu_receiver_us, cpu_server_us, floor_cpu_crier_us, floor_cpu_server_us;
     double p50_ms, p99_ms, max_ms, emit_per_s;
     double load; /* 1-minute load average at the end of the run */
     long connections;
@@ -102,6 +107,8 @@ typedef struct {
     int port;
     pid_t nginx_pid;
     pid_t serve_pid;
+    pid_t server_pid; /* the local PostgreSQL server's postmaster, 0 if not local */
+    double nginx_cpu_s; /* CPU time of the nginx stopped last */
     PGconn *conn;
     int n_logs; /* numbers the nginx and serve logs of the phases */
 } bench_ctx;
@@ -197,7 +204,8 @@ static int bench_nginx_start(bench_ctx *b)
 static int bench_nginx_stop(bench_ctx *b, char *kept, size_t kept_len)
 {
     char access[400];
-    crier_bench_stop_child(&b->nginx_pid, 10);
+    b->nginx_cpu_s = 0;
+    crier_bench_stop_child_cpu(&b->nginx_pid, 10, &b->nginx_cpu_s);
     snprintf(access, sizeof access, "%s/access.log", b->dir);
     snprintf(kept, kept_len, "%s/access-%d.log", b->dir, ++b->n_logs);
     if (rename(access, kept) < 0) {
@@ -438,6 +446,27 @@ static int bench_preload(bench_ctx *b, long events)
     return bench_exec_all(b->conn, snapshot);
 }
 
+/* The server's CPU seconds so far, once the backends of crier's connections
+ * (a serve that exited, the in-process engine) are gone, so that their time is
+ * counted; NAN when the server is not local. */
+static double bench_server_cpu(bench_ctx *b)
+{
+    if (!b->server_pid)
+        return NAN;
+    for (double until = crier_clock_s() + 10;;) {
+        double v[1] = {0};
+        if (crier_bench_query_numbers(b->conn,
+                                      "SELECT count(*) FROM pg_stat_activity"
+                                      " WHERE application_name LIKE 'crier %' AND pid <> pg_backend_pid()",
+                                      v, 1) < 0)
+            return NAN;
+        if (v[0] == 0 || crier_clock_s() >= until)
+            break;
+        crier_bench_sleep(0.01);
+    }
+    return crier_bench_server_cpu_s(b->server_pid);
+}
+
 /* The HTTP throughput run: serve --exit-when-idle against nginx. */
 static int bench_phase_http(bench_ctx *b, long n, bench_run *run)
 {
@@ -445,12 +474,14 @@ static int bench_phase_http(bench_ctx *b, long n, bench_run *run)
     bench_line *lines = NULL;
     long n_lines;
     int rc;
+    double crier_cpu = 0, server_cpu;
 
     if (bench_restore(b->conn) < 0 || bench_nginx_start(b) < 0)
         return -1;
+    server_cpu = bench_server_cpu(b);
     if (bench_serve_start(b, true, serve_log, sizeof serve_log) < 0)
         goto fail;
-    rc = crier_bench_wait(b->serve_pid, 60 + (double)n / 200);
+    rc = crier_bench_wait_cpu(b->serve_pid, 60 + (double)n / 200, &crier_cpu);
     if (rc != 0) {
         if (rc < 0)
             crier_bench_stop_child(&b->serve_pid, 15);
@@ -460,8 +491,12 @@ static int bench_phase_http(bench_ctx *b, long n, bench_run *run)
         goto fail;
     }
     b->serve_pid = 0;
+    server_cpu = bench_server_cpu(b) - server_cpu;
     if (bench_nginx_stop(b, access, sizeof access) < 0)
         return -1;
+    run->cpu_crier_us = 1e6 * crier_cpu / (double)n;
+    run->cpu_receiver_us = 1e6 * b->nginx_cpu_s / (double)n;
+    run->cpu_server_us = 1e6 * server_cpu / (double)n;
     run->http_per_s = bench_delivered_rate(b->conn, n, "throughput");
     if (run->http_per_s < 0) {
         crier_bench_print_tail(serve_log);
@@ -484,8 +519,15 @@ fail:
 /* The floor run: the same deliveries, claimed and completed without send. */
 static int bench_phase_floor(bench_ctx *b, long n, bench_run *run)
 {
-    if (bench_restore(b->conn) < 0 || bench_engine_no_send(b) < 0)
+    double self_cpu, server_cpu;
+    if (bench_restore(b->conn) < 0)
         return -1;
+    server_cpu = bench_server_cpu(b);
+    self_cpu = crier_bench_self_cpu_s();
+    if (bench_engine_no_send(b) < 0)
+        return -1;
+    run->floor_cpu_crier_us = 1e6 * (crier_bench_self_cpu_s() - self_cpu) / (double)n;
+    run->floor_cpu_server_us = 1e6 * (bench_server_cpu(b) - server_cpu) / (double)n;
     run->floor_per_s = bench_delivered_rate(b->conn, n, "floor");
     return run->floor_per_s < 0 ? -1 : 0;
 }
@@ -822,6 +864,7 @@ static int bench_open_database(bench_ctx *b, crier_database *db)
                                   false, BENCH_TENANT, b->conninfo, sizeof b->conninfo, &b->conn,
                                   &fresh) < 0)
         return -1;
+    b->server_pid = crier_bench_server_pid(b->conn);
     return crier_bench_exec(b->conn, "CREATE SCHEMA IF NOT EXISTS crier_bench_deliver");
 }
 
@@ -861,7 +904,19 @@ static void bench_report(const bench_opts *o, const bench_run *runs, long delive
     bench_figure pmax = bench_figure_of(runs, o->repeat, offsetof(bench_run, max_ms));
     bench_figure emit = bench_figure_of(runs, o->repeat, offsetof(bench_run, emit_per_s));
     bench_figure load = bench_figure_of(runs, o->repeat, offsetof(bench_run, load));
+    bench_figure c_crier = bench_figure_of(runs, o->repeat, offsetof(bench_run, cpu_crier_us));
+    bench_figure c_recv = bench_figure_of(runs, o->repeat, offsetof(bench_run, cpu_receiver_us));
+    bench_figure c_server = bench_figure_of(runs, o->repeat, offsetof(bench_run, cpu_server_us));
+    bench_figure f_crier = bench_figure_of(runs, o->repeat, offsetof(bench_run, floor_cpu_crier_us));
+    bench_figure f_server = bench_figure_of(runs, o->repeat, offsetof(bench_run, floor_cpu_server_us));
     double ratio = http.med / floor_.med;
+    /* What the CPU per delivery allows on this machine's cores, were every
+     * core busy all the time: the throughput's ceiling, before any waiting. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double cpu_total = c_crier.med + c_recv.med + c_server.med;
+    double ceiling = cpus > 0 && cpu_total > 0 ? (double)cpus * 1e6 / cpu_total : NAN;
+    double floor_total = f_crier.med + f_server.med;
+    double floor_ceiling = cpus > 0 && floor_total > 0 ? (double)cpus * 1e6 / floor_total : NAN;
 
     if (o->json) {
         printf("{");
@@ -887,6 +942,15 @@ static void bench_report(const bench_opts *o, const bench_run *runs, long delive
         json_number("emit_per_s", emit.med, 0, true);
         printf("\"emit_connections\": %d, ", o->emit_connections);
         json_number("load_avg", load.med, 2, true);
+        json_number("cpu_us_crier", c_crier.med, 1, true);
+        json_number("cpu_us_receiver", c_recv.med, 1, true);
+        json_number("cpu_us_server", c_server.med, 1, true);
+        json_number("cpu_us_total", cpu_total, 1, true);
+        json_number("cpu_ceiling_per_s", ceiling, 0, true);
+        json_number("floor_cpu_us_crier", f_crier.med, 1, true);
+        json_number("floor_cpu_us_server", f_server.med, 1, true);
+        json_number("floor_cpu_ceiling_per_s", floor_ceiling, 0, true);
+        printf("\"cpus\": %ld, ", cpus);
         printf("\"deliveries\": %ld, \"recipients\": %d, \"latency_events\": %ld, \"runs\": %d}\n",
                deliveries, o->recipients, latency_events, o->repeat);
         return;
@@ -897,6 +961,12 @@ static void bench_report(const bench_opts *o, const bench_run *runs, long delive
            floor_.hi, floor_.spread_pct);
     printf("ratio: %.3f (deliveries_per_s / floor_per_s)\n", ratio);
     printf("receiver_per_s: %.0f (min %.0f, max %.0f)\n", recv.med, recv.lo, recv.hi);
+    printf("cpu_us per delivery: crier %.1f, receiver %.1f, server %.1f, total %.1f"
+           " (medians; server: every PostgreSQL process, n/a unless local)\n",
+           c_crier.med, c_recv.med, c_server.med, cpu_total);
+    printf("cpu_ceiling_per_s: %.0f (%ld CPUs x 1e6 / total: the rate were every core busy)\n", ceiling, cpus);
+    printf("floor cpu_us per delivery: engine %.1f, server %.1f; ceiling %.0f/s\n", f_crier.med, f_server.med,
+           floor_ceiling);
     if (o->seconds > 0) {
         printf("p50_ms: %.2f (min %.2f, max %.2f)\n", p50.med, p50.lo, p50.hi);
         printf("p99_ms: %.2f (min %.2f, max %.2f, spread %.1f%%)\n", p99.med, p99.lo, p99.hi,
@@ -1027,6 +1097,8 @@ int crier_bench_deliver(int argc, char **argv)
     for (int i = 0; i < b.o.repeat; i++) {
         bench_run *r = &runs[i];
         r->http_per_s = r->receiver_per_s = r->floor_per_s = NAN;
+        r->cpu_crier_us = r->cpu_receiver_us = r->cpu_server_us = NAN;
+        r->floor_cpu_crier_us = r->floor_cpu_server_us = NAN;
         r->p50_ms = r->p99_ms = r->max_ms = r->emit_per_s = NAN;
         if (bench_preload(&b, events) < 0)
             goto out;

@@ -244,14 +244,19 @@ int crier_bench_wait_cpu(pid_t pid, double timeout_s, double *cpu_s)
 
 int crier_bench_stop_child(pid_t *pid, double grace_s)
 {
+    return crier_bench_stop_child_cpu(pid, grace_s, NULL);
+}
+
+int crier_bench_stop_child_cpu(pid_t *pid, double grace_s, double *cpu_s)
+{
     int rc;
     if (*pid <= 0)
         return 0;
     kill(*pid, SIGTERM);
-    rc = crier_bench_wait(*pid, grace_s);
+    rc = crier_bench_wait_cpu(*pid, grace_s, cpu_s);
     if (rc < 0) {
         kill(*pid, SIGKILL);
-        rc = crier_bench_wait(*pid, 10);
+        rc = crier_bench_wait_cpu(*pid, 10, cpu_s);
     }
     *pid = 0;
     return rc;

@@ -66,6 +66,8 @@ int crier_bench_wait_cpu(pid_t pid, double timeout_s, double *cpu_s);
 /* Stops child *pid (SIGTERM, then SIGKILL after grace_s) and reaps it; sets
  * *pid to 0. Returns its exit status as crier_bench_wait does. */
 int crier_bench_stop_child(pid_t *pid, double grace_s);
+/* crier_bench_stop_child that also adds the child's CPU time to *cpu_s. */
+int crier_bench_stop_child_cpu(pid_t *pid, double grace_s, double *cpu_s);
 /* Prints the last lines of a log file to stderr (a failure's context). */
 void crier_bench_print_tail(const char *path);
 

@@ -50,7 +50,7 @@
 #define WEBHOOK_DEFAULT_CONNECT_TIMEOUT_MS 5000L
 #define WEBHOOK_DEFAULT_TOTAL_TIMEOUT_MS 15000L
 #define WEBHOOK_DEFAULT_MAX_RESPONSE_BYTES 1024
-#define WEBHOOK_DEFAULT_MAX_INFLIGHT 256
+#define WEBHOOK_DEFAULT_MAX_INFLIGHT 512 /* as the delivery worker's default (delivery.c) */
 
 /* Discarded response bytes after which a transfer is aborted. */
 #define WEBHOOK_DISCARD_CAP (1024 * 1024)

@@ -34,7 +34,7 @@ typedef struct {
     long connect_timeout_ms; /* default 5000 */
     long total_timeout_ms;   /* default 15000 */
     size_t max_response_bytes; /* response bytes kept for the excerpt; default 1024 */
-    int max_inflight;        /* concurrent transfers; default 256 */
+    int max_inflight;        /* concurrent transfers; default 512 */
     /* Non-public addresses the sender may connect to: an OR of
      * CRIER_TARGET_ALLOW_LOOPBACK, _PRIVATE, _LINK_LOCAL (target_guard.h).
      * 0 = public addresses only. Checked at connect time on every address

@@ -47,7 +47,7 @@ static const char serve_help[] =
     "  --fanout-connections N fan-out batches in flight at once, each on its own\n"
     "                         connection: one batch's rules run while another's rows\n"
     "                         are written (default 2, at most 8)\n"
-    "  --max-inflight N       concurrent sends (default 256)\n"
+    "  --max-inflight N       concurrent sends (default 512)\n"
     "  --lease SECONDS        delivery lease (default 60)\n"
     "  --poll SECONDS         fallback poll interval (default 1)\n"
     "  --awake-poll D         while awake, how often to look for new events with one\n"

@@ -785,7 +785,7 @@ crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_pg 
     if (d->opts.batch_size <= 0)
         d->opts.batch_size = 200;
     if (d->opts.max_inflight <= 0)
-        d->opts.max_inflight = 256;
+        d->opts.max_inflight = 512; /* two batches of sends overlap (docs/BENCHMARKS.md, bench deliver) */
     if (d->opts.max_inflight > 0xffffff)
         d->opts.max_inflight = 0xffffff;
     if (d->opts.lease_seconds <= 0)

@@ -49,7 +49,7 @@ int crier_retry_parse(const char *text, crier_retry_schedule *s);
 
 typedef struct {
     int batch_size;      /* deliveries claimed per statement (default 200) */
-    int max_inflight;    /* sends in flight at once (default 256) */
+    int max_inflight;    /* sends in flight at once (default 512) */
     int lease_seconds;   /* a claim is void after this; extended while a send runs (default 60) */
     int pause_after;     /* consecutive failures that pause a webhook endpoint (default 20) */
     double probe_seconds;   /* first probe delay of a paused endpoint, doubling to 1 h (default 30) */

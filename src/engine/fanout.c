@@ -111,6 +111,9 @@ enum {
     WRITE_SLOW_ID,           /* $32 bigint[]: to the slow lane, untouched otherwise */
     /* deliveries, continued */
     WRITE_TIMING,            /* $33 text[]: the rule's timing JSON (delay, throttle, digest) or NULL */
+    WRITE_DELIVERY_TENANT,     /* $34 text[]: its notification's tenant, */
+    WRITE_DELIVERY_RECIPIENT,  /* $35 text[]: recipient */
+    WRITE_DELIVERY_EVENT_TYPE, /* $36 text[]: and event type */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -218,8 +221,10 @@ static const char SQL_SETTINGS[] =
  * further pages of an audience, always run checked. */
 #define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED)                                                      \
     /* (the comment names the statement in pg_stat_statements and pg_stat_activity) */             \
-    /* the notifications' ids are drawn here, so that each delivery finds its notification \
-     * by its position in $1 (a join on an integer, without reading the insert's RETURNING) */ \
+    /* The notifications' ids are drawn here, so that each delivery finds its notification's \
+     * id by its position in $1, an array subscript: the statement has no join whose method \
+     * depends on the batch's size, so its generic plan (it is a prepared statement) is as \
+     * good for 1 row as for 5,000. */ \
     "/* crier fan-out write */ WITH src AS MATERIALIZED ("                                          \
     "  SELECT nextval('crier.notifications_id_seq') AS id, p.*"                                    \
     "  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],"      \
@@ -232,6 +237,7 @@ static const char SQL_SETTINGS[] =
     "      s.recipient_id, s.discriminator, $9 FROM src s"                                          \
     ON_CONFLICT                                                                                    \
     "  RETURNING n.id" \
+    "), ids AS MATERIALIZED (SELECT array_agg(s.id ORDER BY s.ord) AS id FROM src s" \
     /* the batch's recipients who have stored preferences: one probe per distinct \
      * recipient, so that deliveries to the others skip the per-delivery probe */ \
     "), with_prefs AS MATERIALIZED (" \
@@ -241,19 +247,20 @@ static const char SQL_SETTINGS[] =
     "), planned AS (" \
     "  SELECT q.*, (q.pref).enabled AS pref_enabled, (q.pref).event_type AS pref_type," \
     "      (q.pref).channel AS pref_channel" \
-    "  FROM (SELECT src.id AS notification_id, src.tenant, src.recipient_id, src.event_type," \
+    "  FROM (SELECT (SELECT id FROM ids)[d.notification] AS notification_id, d.tenant, d.recipient_id, d.event_type," \
     "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id, d.timing," \
     /* the preference that applies (the most specific), looked up only for \
      * recipients who have any: a per-row lookup cost 1 µs even when it found nothing */ \
-    "      CASE WHEN d.honor AND (src.tenant, src.recipient_id) IN (SELECT * FROM with_prefs) THEN (" \
+    "      CASE WHEN d.honor AND (d.tenant, d.recipient_id) IN (SELECT * FROM with_prefs) THEN (" \
     "          SELECT p FROM crier.preferences p" \
-    "          WHERE p.tenant = src.tenant AND p.recipient_id = src.recipient_id" \
-    "            AND p.event_type IN (src.event_type, '*') AND p.channel IN (d.channel, '*')" \
+    "          WHERE p.tenant = d.tenant AND p.recipient_id = d.recipient_id" \
+    "            AND p.event_type IN (d.event_type, '*') AND p.channel IN (d.channel, '*')" \
     "          ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) END AS pref" \
     "    FROM unnest($10::bigint[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[]," \
-    "        $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[])" \
-    "        AS d(notification, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing)" \
-    "    JOIN src ON src.ord = d.notification" \
+    "        $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[], $34::text[]," \
+    "        $35::text[], $36::text[])" \
+    "        AS d(notification, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing," \
+    "            tenant, recipient_id, event_type)" \
     ONLY_INSERTED \
     "    OFFSET 0) q" \
     "), dlv AS (" \
@@ -315,7 +322,7 @@ static const char SQL_SETTINGS[] =
 static const char SQL_WRITE_NEW[] = SQL_WRITE("", "");
 /* Existing keys are skipped, and so are their deliveries. */
 static const char SQL_WRITE_CHECKED[] =
-    SQL_WRITE("  ON CONFLICT (key_hash) DO NOTHING", "    WHERE src.id IN (SELECT id FROM ins)");
+    SQL_WRITE("  ON CONFLICT (key_hash) DO NOTHING", "    WHERE (SELECT id FROM ids)[d.notification] IN (SELECT id FROM ins)");
 
 /* After the write, when the batch planned deliveries with a timing: holds,
  * throttles, digests (sql/functions/apply_timing.sql). */
@@ -359,13 +366,21 @@ static void fanout_abort(crier_fanout *f, const char *why)
 
 static void fanout_result(void *ud, PGresult *res, const char *err);
 
-static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_params *params)
+/* Sends the batch's next statement (as the prepared statement name unless NULL). */
+static void fanout_send_as(crier_fanout *f, fanout_state next, const char *name, const char *sql,
+                           const crier_pg_params *params)
 {
     f->state = next;
-    if (crier_pg_query(f->pg, sql, params, fanout_result, f) < 0) {
+    if ((name ? crier_pg_query_prepared(f->pg, name, sql, params, fanout_result, f)
+              : crier_pg_query(f->pg, sql, params, fanout_result, f)) < 0) {
         f->state = FANOUT_IDLE;
         fanout_abort(f, "cannot send a query");
     }
+}
+
+static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_params *params)
+{
+    fanout_send_as(f, next, NULL, sql, params);
 }
 
 static fanout_event *fanout_event_add(crier_fanout *f)
@@ -565,6 +580,9 @@ static void fanout_plan_and_write(crier_fanout *f)
         [WRITE_MESSAGE_ID] = CRIER_PG_TEXT,
         [WRITE_SLOW_ID] = CRIER_PG_INT8,
         [WRITE_TIMING] = CRIER_PG_TEXT,
+        [WRITE_DELIVERY_TENANT] = CRIER_PG_TEXT,
+        [WRITE_DELIVERY_RECIPIENT] = CRIER_PG_TEXT,
+        [WRITE_DELIVERY_EVENT_TYPE] = CRIER_PG_TEXT,
     };
     double started = crier_clock_s();
     size_t planned = 0;
@@ -674,6 +692,9 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_array_add_bool(&c[WRITE_HONOR_PREFERENCES], pd->honor_preferences);
             crier_pg_array_add_text(&c[WRITE_MESSAGE_ID], message_id, CRIER_KEY_ID_LEN);
             crier_pg_array_add_str(&c[WRITE_TIMING], pd->timing);
+            crier_pg_array_add_str(&c[WRITE_DELIVERY_TENANT], kp.tenant);
+            crier_pg_array_add_str(&c[WRITE_DELIVERY_RECIPIENT], kp.recipient_id);
+            crier_pg_array_add_str(&c[WRITE_DELIVERY_EVENT_TYPE], kp.event_type);
             if (pd->timing)
                 f->batch_timed++;
         }
@@ -698,7 +719,8 @@ static void fanout_plan_and_write(crier_fanout *f)
             crier_pg_params_array(&f->params, &c[i]);
     }
     f->write_checked = fanout_needs_checked_write(f);
-    fanout_send(f, FANOUT_WRITE, f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW, &f->params);
+    fanout_send_as(f, FANOUT_WRITE, f->write_checked ? "crier_fanout_write_checked" : "crier_fanout_write_new",
+                   f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW, &f->params);
 }
 
 /* crier_rules_batch_recipients' callback: one (tenant, recipient) pair of SQL_SETTINGS. */

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#define PG_MAX_PREPARED 16
+#define PG_NAME_LEN 64
+
 struct crier_pg {
     struct ev_loop *loop;
     PGconn *conn;
@@ -24,6 +27,13 @@ struct crier_pg {
     PGresult *last; /* the latest result of the query in flight */
     crier_pg_result_fn cb;
     void *cb_ud;
+    /* Statements prepared on this connection (names; emptied by a reconnect),
+     * and the one whose PREPARE is in flight, to execute when it completes. */
+    char prepared[PG_MAX_PREPARED][PG_NAME_LEN];
+    int n_prepared;
+    bool preparing;
+    int preparing_slot;
+    const crier_pg_params *exec_params;
     crier_pg_notify_fn notify;
     void *notify_ud;
 };
@@ -63,6 +73,7 @@ static void pg_fail(crier_pg *pg, const char *what)
     snprintf(msg, sizeof msg, "%s: %s", what, PQerrorMessage(pg->conn));
     crier_error("pg", "%s connection: %s", pg->name, msg);
     pg->broken = true;
+    pg->preparing = false;
     pg_watch(pg, 0);
     PQclear(pg->last);
     pg->last = NULL;
@@ -75,6 +86,39 @@ static void pg_fail(crier_pg *pg, const char *what)
 }
 
 static void pg_connect_step(crier_pg *pg);
+
+/* Sends a prepared statement's execution (the connection is idle, or its
+ * PREPARE has just completed). Returns 0 or -1 (nothing sent). */
+static int pg_send_prepared(crier_pg *pg, const char *name, const crier_pg_params *params)
+{
+    return PQsendQueryPrepared(pg->conn, name, params ? params->n : 0, params ? params->values : NULL,
+                               params ? params->lengths : NULL, params ? params->formats : NULL, 0)
+               ? 0
+               : -1;
+}
+
+/* The PREPARE in flight completed: if it worked, the statement is
+ * remembered and its execution sent, and true is returned (the caller waits
+ * for that result). If it failed (or the execution cannot be sent), false:
+ * the callback gets the error. */
+static bool pg_prepared_then_execute(crier_pg *pg)
+{
+    pg->preparing = false;
+    if (!pg->last || PQresultStatus(pg->last) != PGRES_COMMAND_OK)
+        return false;
+    PQclear(pg->last);
+    pg->last = NULL;
+    pg->n_prepared = pg->preparing_slot + 1;
+    int r = pg_send_prepared(pg, pg->prepared[pg->preparing_slot], pg->exec_params) < 0 ? -1 : PQflush(pg->conn);
+    if (r < 0) {
+        crier_error("pg", "%s connection: cannot send a prepared statement: %s", pg->name,
+                    PQerrorMessage(pg->conn));
+        pg->broken = true;
+        return false; /* the callback gets "query returned no result" */
+    }
+    pg_watch(pg, r == 1 ? (EV_READ | EV_WRITE) : EV_READ);
+    return true;
+}
 
 static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
@@ -113,6 +157,8 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
             continue;
         }
         /* NULL: the query is complete. */
+        if (pg->preparing && pg_prepared_then_execute(pg))
+            continue; /* the statement now runs; its result comes next */
         crier_pg_result_fn cb = pg->cb;
         void *ud = pg->cb_ud;
         PGresult *last = pg->last;
@@ -270,19 +316,67 @@ crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const cha
     return pg;
 }
 
-int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
-                   void *ud)
+/* Whether a query may be sent now (else logged). */
+static bool pg_may_send(crier_pg *pg)
 {
     if (pg->busy || pg->broken) {
         crier_error("pg", "%s connection: query refused (%s)", pg->name, pg->busy ? "busy" : "broken");
-        return -1;
+        return false;
     }
+    return true;
+}
+
+/* A query could not be sent: logged, and the connection marked broken if it is. */
+static int pg_send_failed(crier_pg *pg)
+{
+    crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
+    pg->broken = PQstatus(pg->conn) == CONNECTION_BAD;
+    pg->preparing = false;
+    return -1;
+}
+
+static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud);
+
+int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
+                   void *ud)
+{
+    if (!pg_may_send(pg))
+        return -1;
     if (!PQsendQueryParams(pg->conn, sql, params ? params->n : 0, NULL, params ? params->values : NULL,
-                           params ? params->lengths : NULL, params ? params->formats : NULL, 0)) {
-        crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
-        pg->broken = PQstatus(pg->conn) == CONNECTION_BAD;
+                           params ? params->lengths : NULL, params ? params->formats : NULL, 0))
+        return pg_send_failed(pg);
+    return pg_sent(pg, cb, ud);
+}
+
+int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, const crier_pg_params *params,
+                            crier_pg_result_fn cb, void *ud)
+{
+    int slot;
+    if (!pg_may_send(pg))
         return -1;
+    for (slot = 0; slot < pg->n_prepared; slot++)
+        if (strcmp(pg->prepared[slot], name) == 0)
+            break;
+    if (slot < pg->n_prepared) {
+        if (pg_send_prepared(pg, name, params) < 0)
+            return pg_send_failed(pg);
+        return pg_sent(pg, cb, ud);
     }
+    if (slot >= PG_MAX_PREPARED || strlen(name) >= PG_NAME_LEN) /* not kept: sent as a one-shot query */
+        return crier_pg_query(pg, sql, params, cb, ud);
+    /* PREPARE first (once per connection); its completion sends the execution */
+    if (!PQsendPrepare(pg->conn, name, sql, params ? params->n : 0, NULL))
+        return pg_send_failed(pg);
+    snprintf(pg->prepared[slot], PG_NAME_LEN, "%s", name);
+    pg->preparing = true;
+    pg->preparing_slot = slot;
+    pg->exec_params = params;
+    return pg_sent(pg, cb, ud);
+}
+
+/* Bookkeeping after a query was sent: its callback, the flush, the watcher. */
+static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud)
+{
     pg->busy = true;
     pg->cb = cb;
     pg->cb_ud = ud;
@@ -291,6 +385,7 @@ int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params,
         pg->busy = false;
         pg->cb = NULL;
         pg->broken = true;
+        pg->preparing = false;
         crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
         return -1;
     }
@@ -319,6 +414,8 @@ int crier_pg_reconnect(crier_pg *pg)
     pg->last = NULL;
     pg->busy = false;
     pg->cb = NULL;
+    pg->preparing = false;
+    pg->n_prepared = 0; /* a new session: nothing is prepared on it */
     if (pg->conn)
         PQfinish(pg->conn);
     pg->broken = true;

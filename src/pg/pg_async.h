@@ -37,6 +37,17 @@ crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const cha
 int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
                    void *ud);
 
+/* crier_pg_query for a statement that runs again and again: prepared once
+ * per connection under name (a PREPARE round trip before its first run, and
+ * again after a reconnect), then executed by name, so the server parses it
+ * once and may keep a generic plan (PostgreSQL's plan_cache_mode decides:
+ * write such statements so that any plan of them is sound for any size).
+ * name identifies sql on this connection; at most 16 names are kept, further
+ * ones run as one-shot queries. The callback gets the execution's result, or
+ * the PREPARE's error. */
+int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, const crier_pg_params *params,
+                            crier_pg_result_fn cb, void *ud);
+
 /* True when the connection is usable. */
 bool crier_pg_ok(const crier_pg *pg);
 
