@@ -159,6 +159,12 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         /* NULL: the query is complete. */
         if (pg->preparing && pg_prepared_then_execute(pg))
             continue; /* the statement now runs; its result comes next */
+        if (pg->last && PQresultStatus(pg->last) == PGRES_FATAL_ERROR) {
+            const char *state = PQresultErrorField(pg->last, PG_DIAG_SQLSTATE);
+            if (state && strcmp(state, "26000") == 0)
+                pg->n_prepared = 0; /* the session lost its prepared statements (DISCARD ALL, a
+                                     * pooler's new session): prepare them again on next use */
+        }
         crier_pg_result_fn cb = pg->cb;
         void *ud = pg->cb_ud;
         PGresult *last = pg->last;

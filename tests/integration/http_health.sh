@@ -5,7 +5,8 @@
 # the shared cluster of the other tests is untouched. /healthz answers 503
 # database_unavailable (JSON, promptly), /metrics says crier_database_up 0;
 # once connections are allowed again both recover without a restart, and
-# intake works again.
+# intake works again, and the engine fans out again on its new sessions (its
+# prepared statements prepared anew).
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 mkdir -p "$WORK/rules"
@@ -28,6 +29,20 @@ field() { /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); 
 
 assert_eq 200 "$(get /healthz)" "healthy at first: $(cat "$WORK/body")"
 assert_eq 1 "$(get /metrics >/dev/null; awk '$1 == "crier_database_up" { print $2 }' "$WORK/body")" "database up"
+
+# post_note ID N: posts one event and waits until N feed items exist (fanned out).
+post_note() {
+    local code
+    code=$(curl -s -o "$WORK/body" -w '%{http_code}' -X POST -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' -d "{\"type\": \"note.added\", \"entity_id\": \"$1\", \"payload\": {\"to\": [\"ann\"]}}" \
+        "$API/v1/events")
+    assert_eq 201 "$code" "intake of $1: $(cat "$WORK/body")"
+    wait_for "SELECT count(*) = $2 FROM crier.feed_items" 30 "event $1 fanned out"
+}
+# Events fanned out one by one before the database goes away: the fan-out's
+# connections prepare their write statement on the old sessions, and must
+# prepare it again on the new ones.
+for i in 1 2 3 4; do post_note "before_$i" "$i"; done
 
 note "the database refuses connections"
 admin "ALTER DATABASE $DB ALLOW_CONNECTIONS false" >/dev/null
@@ -62,7 +77,9 @@ code=$(curl -s -o "$WORK/body" -w '%{http_code}' -X POST -H "Authorization: Bear
     -H 'Content-Type: application/json' -d '{"type": "note.added", "entity_id": "n1", "payload": {"to": ["ann"]}}' \
     "$API/v1/events")
 assert_eq 201 "$code" "intake works again: $(cat "$WORK/body")"
-wait_for "SELECT count(*) = 1 FROM crier.feed_items" 30 "the engine reconnected and fanned the event out"
+wait_for "SELECT count(*) = 5 FROM crier.feed_items" 30 "the engine reconnected and fanned the event out"
+for i in 1 2 3 4; do post_note "after_$i" "$((5 + i))"; done
+grep -q "prepared statement" "$WORK/serve.log" && fail "a prepared statement was missing after the reconnect: $(grep "prepared statement" "$WORK/serve.log" | head -3)"
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" || fail "serve exited with an error: $(tail -5 "$WORK/serve.log")"
 echo "ok"
