@@ -126,6 +126,15 @@ wait "$writer" || fail "the racing result write failed: $(cat "$WORK/complete.lo
 note "the DELETE waited $waited ms for the result write, then was refused"
 assert_eq "1 delivered" "$(sql "SELECT (SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id = $rid) || ' ' || state
                                 FROM crier.deliveries WHERE id = $rid")" "the raced delivery and its attempt"
+# The same results written again (a worker whose commit's outcome was lost with its
+# connection writes them once more): nothing is applied twice, no attempt is recorded twice,
+# and the statement succeeds.
+assert_eq 0 "$(sql "SELECT applied FROM crier.complete_deliveries(ARRAY[$rid]::bigint[], ARRAY[$ratt], ARRAY['delivered'],
+          ARRAY['ok'], ARRAY[204], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[0]::float8[],
+          ARRAY[extract(epoch FROM now())]::float8[], ARRAY[1]::float8[], ARRAY[false], 20, 432000, 30)")" \
+    "results written again apply to nothing"
+assert_eq 1 "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id = $rid")" \
+    "the attempt, recorded once after its results were written twice"
 
 # deliveries → digests (sql/024): a trigger that fires only for rows naming a digest.
 # A delivery cannot name a missing digest (insert or update); a digest that deliveries name
