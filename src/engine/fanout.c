@@ -38,8 +38,7 @@
 /* In the order a batch goes through them (crier_fanout_holds_events relies on it). */
 typedef enum {
     FANOUT_IDLE = 0,
-    FANOUT_BEGIN,
-    FANOUT_CLAIM,
+    FANOUT_CLAIM, /* BEGIN and the claim, one round trip */
     FANOUT_LOCK,
     FANOUT_SETTINGS,
     FANOUT_WRITE,
@@ -173,8 +172,7 @@ struct crier_fanout {
     bool batch_settings; /* the rules hold stored settings for this batch (crier_rules_end_batch) */
     crier_pg_array cols[N_WRITE_PARAMS];
     crier_pg_params params;
-    char limit_text[24];
-    char lane_text[8];
+    char begin_claim[192]; /* SQL_BEGIN_CLAIM with the limit and lane */
     char max_attempts_text[24];
 
     /* Fast lane: event types whose rules ran past the soft limit lately; their
@@ -188,11 +186,14 @@ struct crier_fanout {
     crier_fanout_stats stats;
 };
 
-/* crier.claim_events (sql/functions/claim_events.sql): read in the order of
- * events_pending_lane whatever the statistics say. */
-static const char SQL_CLAIM[] =
-    "SELECT id, tenant, event_type, entity_id, payload, attempts, cursor"
-    " FROM crier.claim_events($1::int, $2::smallint)";
+/* The batch's transaction opens with its claim, in one round trip (two
+ * statements in one simple query; the limit and the lane are the worker's
+ * own integers, written in by fanout_step). crier.claim_events
+ * (sql/functions/claim_events.sql): read in the order of events_pending_lane
+ * whatever the statistics say. */
+static const char SQL_BEGIN_CLAIM[] =
+    "BEGIN; SELECT id, tenant, event_type, entity_id, payload, attempts, cursor"
+    " FROM crier.claim_events(%d, %d::smallint)";
 
 static const char SQL_LOCK[] =
     "SELECT t.id, EXISTS (SELECT FROM crier.recipient_settings)"
@@ -352,8 +353,7 @@ static void fanout_abort(crier_fanout *f, const char *why)
     crier_error("fanout", "batch abandoned: %s", why);
     f->n_events = 0;
     f->redo = false; /* the pause below applies, not an immediate claim */
-    if (crier_pg_ok(f->pg) && f->state != FANOUT_ROLLBACK && f->state != FANOUT_IDLE &&
-        f->state != FANOUT_BEGIN) {
+    if (crier_pg_ok(f->pg) && f->state != FANOUT_ROLLBACK && f->state != FANOUT_IDLE) {
         fanout_send(f, FANOUT_ROLLBACK, "ROLLBACK", NULL);
         return;
     }
@@ -856,14 +856,6 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         return;
     }
     switch (was) {
-    case FANOUT_BEGIN:
-        snprintf(f->limit_text, sizeof f->limit_text, "%d", f->opts.batch_size);
-        snprintf(f->lane_text, sizeof f->lane_text, "%d", f->opts.lane);
-        crier_pg_params_reset(&f->params);
-        crier_pg_params_text(&f->params, f->limit_text);
-        crier_pg_params_text(&f->params, f->lane_text);
-        fanout_send(f, FANOUT_CLAIM, SQL_CLAIM, &f->params);
-        break;
     case FANOUT_CLAIM:
         fanout_on_claim(f, res);
         break;
@@ -934,7 +926,11 @@ static void fanout_step(crier_fanout *f)
         crier_info("fanout", "now using rules version %.12s", crier_rules_version(f->rules));
     }
     f->kicked = false;
-    fanout_send(f, FANOUT_BEGIN, "BEGIN", NULL);
+    f->state = FANOUT_CLAIM;
+    if (crier_pg_query_script(f->pg, f->begin_claim, fanout_result, f) < 0) {
+        f->state = FANOUT_IDLE;
+        fanout_abort(f, "cannot send a query");
+    }
 }
 
 crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules,
@@ -951,6 +947,7 @@ crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *
     f->opts.lane = opts ? opts->lane : CRIER_FANOUT_LANE_FAST;
     f->opts.slow_after = opts && opts->slow_after > 0 ? opts->slow_after : 0.1;
     f->opts.batch_budget = opts && opts->batch_budget > 0 ? opts->batch_budget : 2.0;
+    snprintf(f->begin_claim, sizeof f->begin_claim, SQL_BEGIN_CLAIM, f->opts.batch_size, (int)f->opts.lane);
     fanout_take_rules(f, rules);
     f->committed = committed;
     f->committed_ud = ud;

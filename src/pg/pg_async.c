@@ -354,6 +354,15 @@ int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params,
     return pg_sent(pg, cb, ud);
 }
 
+int crier_pg_query_script(crier_pg *pg, const char *sql, crier_pg_result_fn cb, void *ud)
+{
+    if (!pg_may_send(pg))
+        return -1;
+    if (!PQsendQuery(pg->conn, sql))
+        return pg_send_failed(pg);
+    return pg_sent(pg, cb, ud);
+}
+
 int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, const crier_pg_params *params,
                             crier_pg_result_fn cb, void *ud)
 {

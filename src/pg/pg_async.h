@@ -37,6 +37,12 @@ crier_pg *crier_pg_connect(struct ev_loop *loop, const char *conninfo, const cha
 int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
                    void *ud);
 
+/* Sends several statements separated by semicolons, without parameters, in
+ * one round trip (the simple query protocol; no value may come from outside
+ * the program). The callback gets the last statement's result, or the first
+ * error (the statements after it do not run). */
+int crier_pg_query_script(crier_pg *pg, const char *sql, crier_pg_result_fn cb, void *ud);
+
 /* crier_pg_query for a statement that runs again and again: prepared once
  * per connection under name (a PREPARE round trip before its first run, and
  * again after a reconnect), then executed by name, so the server parses it
