@@ -849,7 +849,14 @@ static int write_conf(const pgc_paths *paths, const crier_pg_cluster_options *op
             "listen_addresses = ''\n"
             "port = %d\n"
             "unix_socket_directories = '%s'\n"
-            "max_connections = %d\n",
+            "max_connections = %d\n"
+            "# Room for a busy engine's WAL between checkpoints: with the default (1GB), 8,000\n"
+            "# deliveries a second forced a checkpoint every 11-28 s, and after each one the\n"
+            "# first change of every page logs the whole page again (docs/BENCHMARKS.md, soak).\n"
+            "# A soft limit: WAL grows towards it only under such load.\n"
+            "max_wal_size = 4GB\n"
+            "# Those full-page images, compressed.\n"
+            "wal_compression = on\n",
             PGC_PORT, sockdir, max_conn);
     if (opts && opts->fast)
         fprintf(f, "# Throwaway cluster (tests, bench): durability traded for speed.\n"

@@ -174,6 +174,10 @@ static void test_lifecycle(void)
           "max_connections=%s", val);
     CHECK(query_value(conninfo, "SHOW listen_addresses", val, sizeof val) == 0 && !strcmp(val, ""),
           "listen_addresses=%s", val);
+    CHECK(query_value(conninfo, "SHOW max_wal_size", val, sizeof val) == 0 && !strcmp(val, "4GB"),
+          "max_wal_size=%s", val);
+    CHECK(query_value(conninfo, "SHOW wal_compression", val, sizeof val) == 0 && !strcmp(val, "pglz"),
+          "wal_compression=%s", val);
     CHECK(query_value(conninfo, "SELECT current_user", val, sizeof val) == 0 &&
               !strcmp(val, "crier"),
           "current_user=%s", val);
