@@ -1,5 +1,6 @@
 /* bench_cpu.c — CPU time of this process and of a local PostgreSQL server (see bench_cpu.h). */
 #include "bench_cpu.h"
+#include "proc_stat.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -12,52 +13,23 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+double crier_bench_rusage_s(const struct rusage *ru)
+{
+    return (double)ru->ru_utime.tv_sec + ru->ru_utime.tv_usec / 1e6 + (double)ru->ru_stime.tv_sec +
+           ru->ru_stime.tv_usec / 1e6;
+}
+
 double crier_bench_self_cpu_s(void)
 {
     struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) < 0)
-        return NAN;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec / 1e6;
-}
-
-/* Fields of /proc/PID/stat that matter here, in clock ticks. */
-typedef struct {
-    pid_t ppid;
-    unsigned long long utime, stime, cutime, cstime;
-} proc_stat;
-
-static int read_proc_stat(pid_t pid, proc_stat *st)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* "pid (comm) state ppid …": comm may hold spaces and parentheses; the fields
-     * resume after its last ')'. utime is field 14, stime 15, cutime 16, cstime 17. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return -1;
-    char state;
-    int ppid;
-    long long skip;
-    if (sscanf(p + 1, " %c %d %lld %lld %lld %lld %lld %lld %lld %lld %lld %llu %llu %llu %llu", &state, &ppid,
-               &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &skip, &st->utime, &st->stime,
-               &st->cutime, &st->cstime) != 15)
-        return -1;
-    st->ppid = (pid_t)ppid;
-    return 0;
+    return getrusage(RUSAGE_SELF, &ru) < 0 ? NAN : crier_bench_rusage_s(&ru);
 }
 
 pid_t crier_bench_server_pid(PGconn *conn)
 {
     PGresult *res = PQexec(conn, "SELECT pg_backend_pid(), current_setting('data_directory')");
     pid_t pid = 0;
-    proc_stat st;
+    crier_proc_stat st;
     char cwd_link[64], cwd[PATH_MAX], data_dir[PATH_MAX];
 
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
@@ -69,7 +41,7 @@ pid_t crier_bench_server_pid(PGconn *conn)
     if (!realpath(PQgetvalue(res, 0, 1), data_dir))
         snprintf(data_dir, sizeof data_dir, "%s", PQgetvalue(res, 0, 1));
     PQclear(res);
-    if (read_proc_stat(backend, &st) < 0 || st.ppid <= 1)
+    if (crier_proc_stat_read(backend, &st) < 0 || st.ppid <= 1)
         return 0;
     snprintf(cwd_link, sizeof cwd_link, "/proc/%d/cwd", (int)st.ppid);
     ssize_t n = readlink(cwd_link, cwd, sizeof cwd - 1);
@@ -93,11 +65,11 @@ static int sum_children(pid_t postmaster, unsigned long long *ticks, unsigned lo
     *ticks = 0;
     *pid_sum = 0;
     while ((e = readdir(d)) != NULL) {
-        proc_stat st;
+        crier_proc_stat st;
         if (!isdigit((unsigned char)e->d_name[0]))
             continue;
         pid_t pid = (pid_t)atoi(e->d_name);
-        if (read_proc_stat(pid, &st) < 0 || st.ppid != postmaster)
+        if (crier_proc_stat_read(pid, &st) < 0 || st.ppid != postmaster)
             continue;
         *ticks += st.utime + st.stime;
         *pid_sum += (unsigned long long)pid;
@@ -114,9 +86,9 @@ double crier_bench_server_cpu_s(pid_t postmaster)
         return NAN;
     for (int tries = 0; tries < 20; tries++) {
         unsigned long long before_ticks, before_pids, after_ticks, after_pids;
-        proc_stat pm;
+        crier_proc_stat pm;
         int n1 = sum_children(postmaster, &before_ticks, &before_pids);
-        if (n1 < 0 || read_proc_stat(postmaster, &pm) < 0)
+        if (n1 < 0 || crier_proc_stat_read(postmaster, &pm) < 0)
             return NAN;
         int n2 = sum_children(postmaster, &after_ticks, &after_pids);
         if (n2 != n1 || after_pids != before_pids)

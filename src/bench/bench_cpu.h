@@ -5,13 +5,17 @@
  * measured when they are reaped (crier_bench_wait_cpu, bench_util.h).
  *
  * Layer: bench (src/bench/), may use cli and every layer below it.
- * Calls into: libpq.
+ * Calls into: proc_stat (base), libpq.
  */
 #ifndef CRIER_BENCH_CPU_H
 #define CRIER_BENCH_CPU_H
 
 #include <libpq-fe.h>
+#include <sys/resource.h>
 #include <sys/types.h>
+
+/* User + system CPU seconds of a resource usage (getrusage, wait4). */
+double crier_bench_rusage_s(const struct rusage *ru);
 
 /* User + system CPU seconds of this process so far (all its threads). */
 double crier_bench_self_cpu_s(void);

@@ -1,6 +1,7 @@
 /* bench_util.c — what the benchmarks share (see bench_util.h). */
 #define _GNU_SOURCE
 #include "bench_util.h"
+#include "bench_cpu.h"
 #include "alloc.h"
 #include "clock.h"
 
@@ -230,8 +231,7 @@ int crier_bench_wait_cpu(pid_t pid, double timeout_s, double *cpu_s)
         pid_t r = wait4(pid, &status, WNOHANG, &ru);
         if (r == pid) {
             if (cpu_s)
-                *cpu_s += (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-                          ru.ru_stime.tv_usec / 1e6;
+                *cpu_s += crier_bench_rusage_s(&ru);
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }
         if (r < 0 && errno != EINTR)

@@ -4,7 +4,7 @@
  * are printed as `crier bench: …`.
  *
  * Layer: bench (src/bench/), may use cli and every layer below it.
- * Calls into: cli (cli), alloc, clock (base), database (pg), migrate (pg).
+ * Calls into: cli (cli), alloc, clock (base), database (pg), migrate (pg), bench_cpu.
  */
 #ifndef CRIER_BENCH_UTIL_H
 #define CRIER_BENCH_UTIL_H

@@ -366,16 +366,23 @@ static void fanout_abort(crier_fanout *f, const char *why)
 
 static void fanout_result(void *ud, PGresult *res, const char *err);
 
+/* After a statement of the batch was handed to the connection (sent < 0: it
+ * could not be): abandons the batch if it was not sent. */
+static void fanout_sent(crier_fanout *f, int sent)
+{
+    if (sent < 0) {
+        f->state = FANOUT_IDLE;
+        fanout_abort(f, "cannot send a query");
+    }
+}
+
 /* Sends the batch's next statement (as the prepared statement name unless NULL). */
 static void fanout_send_as(crier_fanout *f, fanout_state next, const char *name, const char *sql,
                            const crier_pg_params *params)
 {
     f->state = next;
-    if ((name ? crier_pg_query_prepared(f->pg, name, sql, params, fanout_result, f)
-              : crier_pg_query(f->pg, sql, params, fanout_result, f)) < 0) {
-        f->state = FANOUT_IDLE;
-        fanout_abort(f, "cannot send a query");
-    }
+    fanout_sent(f, name ? crier_pg_query_prepared(f->pg, name, sql, params, fanout_result, f)
+                        : crier_pg_query(f->pg, sql, params, fanout_result, f));
 }
 
 static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_params *params)
@@ -927,10 +934,7 @@ static void fanout_step(crier_fanout *f)
     }
     f->kicked = false;
     f->state = FANOUT_CLAIM;
-    if (crier_pg_query_script(f->pg, f->begin_claim, fanout_result, f) < 0) {
-        f->state = FANOUT_IDLE;
-        fanout_abort(f, "cannot send a query");
-    }
+    fanout_sent(f, crier_pg_query_script(f->pg, f->begin_claim, fanout_result, f));
 }
 
 crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules,

@@ -12,6 +12,7 @@
 #include "pg_cluster.h"
 
 #include "log.h"
+#include "proc_stat.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -976,11 +977,9 @@ static bool start_failure_is_transient(const char *logpath, off_t offset)
 static bool postmaster_is_dead(const char *datadir)
 {
     char path[PATH_MAX + 32];
-    char buf[512];
-    const char *paren;
+    crier_proc_stat st;
     long pid = 0;
     FILE *f;
-    size_t n;
 
     if (access("/proc/self/stat", R_OK) != 0)
         return false;
@@ -993,16 +992,14 @@ static bool postmaster_is_dead(const char *datadir)
     fclose(f);
     if (pid <= 0)
         return false;
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    f = fopen(path, "re");
-    if (!f)
+    switch (crier_proc_stat_read((pid_t)pid, &st)) {
+    case 0:
+        return st.state == 'Z' || st.state == 'X';
+    case -1:
         return true; /* gone */
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* "pid (comm) S ...": the state follows the last ')'. */
-    paren = strrchr(buf, ')');
-    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+    default:
+        return false; /* unreadable: trust pg_ctl */
+    }
 }
 
 static int run_start(const pgc_bins *bins, const pgc_user *u, const pgc_paths *paths, char *err,

@@ -4,7 +4,7 @@
  * unprivileged user (postgres).
  *
  * Layer: pg (src/pg/), may use base.
- * Calls into: log (base).
+ * Calls into: log, proc_stat (base).
  */
 #ifndef CRIER_PG_CLUSTER_H
 #define CRIER_PG_CLUSTER_H

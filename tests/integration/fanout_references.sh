@@ -38,6 +38,28 @@ expect_23503() {
     *) fail "expected SQLSTATE 23503 from: $1, got: $out" ;;
     esac
 }
+# expect_23503_while_held WHAT "SQL" "STATEMENT": a transaction runs SQL and holds its rows
+# for 2 s before COMMIT; STATEMENT, sent meanwhile, must wait for that commit (at least 1 s)
+# and then fail with foreign_key_violation.
+expect_23503_while_held() {
+    local log="$WORK/held.log" writer start waited
+    { echo "BEGIN;"; echo "$2"; sleep 2; echo "COMMIT;"; } |
+        psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$log" 2>&1 &
+    writer=$!
+    sleep 0.5
+    start=$(date +%s%N)
+    expect_23503 "$3"
+    waited=$((($(date +%s%N) - start) / 1000000))
+    wait "$writer" || fail "$1 failed: $(cat "$log")"
+    [ "$waited" -ge 1000 ] || fail "the statement did not wait for $1 (it returned after $waited ms): $3"
+    note "waited $waited ms for $1, then refused: $3"
+}
+# The arguments of crier.complete_deliveries that record delivery $rid's attempt $ratt as delivered.
+complete_args() {
+    echo "ARRAY[$rid]::bigint[], ARRAY[$ratt], ARRAY['delivered'], ARRAY['ok'], ARRAY[204], ARRAY[NULL]::text[],
+          ARRAY[NULL]::text[], ARRAY[0]::float8[], ARRAY[extract(epoch FROM now())]::float8[], ARRAY[1]::float8[],
+          ARRAY[false], 20, 432000, 30"
+}
 event=$(sql "SELECT min(id) FROM crier.events")
 notification=$(sql "SELECT min(id) FROM crier.notifications WHERE event_id = $event")
 expect_23503 "DELETE FROM crier.events WHERE id = $event"
@@ -63,23 +85,12 @@ sql "DELETE FROM crier.events WHERE entity_id = 'lonely'"
 # DELETE waits until the batch commits, then finds the new notifications and fails.
 sql "SELECT crier.emit('globex', 'invoice.created', 'race', '{\"invoice_id\": \"race\", \"amount_cents\": 1, \"currency\": \"USD\"}'::jsonb)" >/dev/null
 race=$(sql "SELECT id FROM crier.events WHERE entity_id = 'race'")
-{
-    echo "BEGIN;"
-    echo "SELECT id FROM crier.events WHERE id = $race FOR UPDATE;"
-    echo "INSERT INTO crier.notifications (key_hash, key, event_id, tenant, event_type, entity_id, recipient_id)
-          VALUES (gen_random_uuid(), 'race-key', $race, 'globex', 'invoice.created', 'race', 'someone');"
-    echo "UPDATE crier.events SET state = 'done' WHERE id = $race;"
-    sleep 2
-    echo "COMMIT;"
-} | psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/batch.log" 2>&1 &
-batch=$!
-sleep 0.5
-start=$(date +%s%N)
-expect_23503 "DELETE FROM crier.events WHERE id = $race"
-waited=$((($(date +%s%N) - start) / 1000000))
-wait "$batch" || fail "the racing batch failed: $(cat "$WORK/batch.log")"
-[ "$waited" -ge 1000 ] || fail "the DELETE did not wait for the batch (it returned after $waited ms)"
-note "the DELETE waited $waited ms for the batch, then was refused"
+expect_23503_while_held "the racing batch" \
+    "SELECT id FROM crier.events WHERE id = $race FOR UPDATE;
+     INSERT INTO crier.notifications (key_hash, key, event_id, tenant, event_type, entity_id, recipient_id)
+     VALUES (gen_random_uuid(), 'race-key', $race, 'globex', 'invoice.created', 'race', 'someone');
+     UPDATE crier.events SET state = 'done' WHERE id = $race;" \
+    "DELETE FROM crier.events WHERE id = $race"
 assert_eq 1 "$(sql "SELECT count(*) FROM crier.notifications WHERE event_id = $race")" "the racing batch's notification"
 # delivery_attempts → deliveries (sql/021). Deliver what is parked: every delivery gets an attempt.
 "$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/examples/rules" --set "billing_webhook_url=$RECEIVER_URL" \
@@ -108,30 +119,15 @@ sql "SELECT crier.emit('globex', 'invoice.created', 'race2', '{\"invoice_id\": \
 claimed=$(sql "SELECT id || ' ' || attempts FROM crier.claim_deliveries(1, 60, 30)")
 [ -n "$claimed" ] || fail "no delivery of race2 to claim"
 read -r rid ratt <<<"$claimed"
-{
-    echo "BEGIN;"
-    echo "SELECT applied FROM crier.complete_deliveries(ARRAY[$rid]::bigint[], ARRAY[$ratt], ARRAY['delivered'],
-          ARRAY['ok'], ARRAY[204], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[0]::float8[],
-          ARRAY[extract(epoch FROM now())]::float8[], ARRAY[1]::float8[], ARRAY[false], 20, 432000, 30);"
-    sleep 2
-    echo "COMMIT;"
-} | psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/complete.log" 2>&1 &
-writer=$!
-sleep 0.5
-start=$(date +%s%N)
-expect_23503 "DELETE FROM crier.deliveries WHERE id = $rid"
-waited=$((($(date +%s%N) - start) / 1000000))
-wait "$writer" || fail "the racing result write failed: $(cat "$WORK/complete.log")"
-[ "$waited" -ge 1000 ] || fail "the DELETE did not wait for the result write (it returned after $waited ms)"
-note "the DELETE waited $waited ms for the result write, then was refused"
+expect_23503_while_held "the racing result write" \
+    "SELECT applied FROM crier.complete_deliveries($(complete_args));" \
+    "DELETE FROM crier.deliveries WHERE id = $rid"
 assert_eq "1 delivered" "$(sql "SELECT (SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id = $rid) || ' ' || state
                                 FROM crier.deliveries WHERE id = $rid")" "the raced delivery and its attempt"
 # The same results written again (a worker whose commit's outcome was lost with its
 # connection writes them once more): nothing is applied twice, no attempt is recorded twice,
 # and the statement succeeds.
-assert_eq 0 "$(sql "SELECT applied FROM crier.complete_deliveries(ARRAY[$rid]::bigint[], ARRAY[$ratt], ARRAY['delivered'],
-          ARRAY['ok'], ARRAY[204], ARRAY[NULL]::text[], ARRAY[NULL]::text[], ARRAY[0]::float8[],
-          ARRAY[extract(epoch FROM now())]::float8[], ARRAY[1]::float8[], ARRAY[false], 20, 432000, 30)")" \
+assert_eq 0 "$(sql "SELECT applied FROM crier.complete_deliveries($(complete_args))")" \
     "results written again apply to nothing"
 assert_eq 1 "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE delivery_id = $rid")" \
     "the attempt, recorded once after its results were written twice"
@@ -150,20 +146,9 @@ expect_23503 "INSERT INTO crier.deliveries (notification_id, tenant, channel, me
               FROM crier.deliveries WHERE id = $parked"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.deliveries WHERE channel = 'refs' OR digest_id IS NOT NULL")" \
     "deliveries naming a digest after the refused writes"
-{
-    echo "BEGIN;"
-    echo "UPDATE crier.deliveries SET digest_id = $digest WHERE id = $parked;"
-    sleep 2
-    echo "COMMIT;"
-} | psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 >"$WORK/digest.log" 2>&1 &
-writer=$!
-sleep 0.5
-start=$(date +%s%N)
-expect_23503 "DELETE FROM crier.digests WHERE id = $digest"
-waited=$((($(date +%s%N) - start) / 1000000))
-wait "$writer" || fail "the update naming the digest failed: $(cat "$WORK/digest.log")"
-[ "$waited" -ge 1000 ] || fail "the digest's DELETE did not wait for the update naming it (it returned after $waited ms)"
-note "the digest's DELETE waited $waited ms for the update naming it, then was refused"
+expect_23503_while_held "the update naming the digest" \
+    "UPDATE crier.deliveries SET digest_id = $digest WHERE id = $parked;" \
+    "DELETE FROM crier.digests WHERE id = $digest"
 expect_23503 "DELETE FROM crier.digests WHERE tenant = 'globex'"
 expect_23503 "UPDATE crier.digests SET id = -id WHERE id = $digest"
 assert_eq "$digest" "$(sql "SELECT digest_id FROM crier.deliveries WHERE id = $parked")" "the delivery's digest"

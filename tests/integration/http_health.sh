@@ -30,13 +30,15 @@ field() { /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); 
 assert_eq 200 "$(get /healthz)" "healthy at first: $(cat "$WORK/body")"
 assert_eq 1 "$(get /metrics >/dev/null; awk '$1 == "crier_database_up" { print $2 }' "$WORK/body")" "database up"
 
+# intake ID: posts a note.added event for ann; prints the HTTP status (the body goes to $WORK/body).
+intake() {
+    curl -s -o "$WORK/body" -w '%{http_code}' --max-time 20 -X POST -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: application/json' -d "{\"type\": \"note.added\", \"entity_id\": \"$1\", \"payload\": {\"to\": [\"ann\"]}}" \
+        "$API/v1/events"
+}
 # post_note ID N: posts one event and waits until N feed items exist (fanned out).
 post_note() {
-    local code
-    code=$(curl -s -o "$WORK/body" -w '%{http_code}' -X POST -H "Authorization: Bearer $KEY" \
-        -H 'Content-Type: application/json' -d "{\"type\": \"note.added\", \"entity_id\": \"$1\", \"payload\": {\"to\": [\"ann\"]}}" \
-        "$API/v1/events")
-    assert_eq 201 "$code" "intake of $1: $(cat "$WORK/body")"
+    assert_eq 201 "$(intake "$1")" "intake of $1: $(cat "$WORK/body")"
     wait_for "SELECT count(*) = $2 FROM crier.feed_items" 30 "event $1 fanned out"
 }
 # Events fanned out one by one before the database goes away: the fan-out's
@@ -57,10 +59,7 @@ assert_eq database_unavailable "$(field "d['error']['code']")" "healthz error co
 [ -n "$(field "d['error']['message']")" ] || fail "the error has a message"
 assert_eq 1 "$(get /metrics >/dev/null; awk '$1 == "crier_database_up" { print 1 - $2 }' "$WORK/body")" \
     "crier_database_up 0 while the database is gone"
-code=$(curl -s -o "$WORK/body" -w '%{http_code}' --max-time 20 -X POST -H "Authorization: Bearer $KEY" \
-    -H 'Content-Type: application/json' -d '{"type": "note.added", "entity_id": "n1", "payload": {"to": ["ann"]}}' \
-    "$API/v1/events")
-assert_eq 503 "$code" "intake without a database: $(cat "$WORK/body")"
+assert_eq 503 "$(intake n1)" "intake without a database: $(cat "$WORK/body")"
 assert_eq database_unavailable "$(field "d['error']['code']")" "intake error code"
 kill -0 "$SERVE_PID" 2>/dev/null || fail "serve died without its database: $(tail -5 "$WORK/serve.log")"
 
@@ -73,11 +72,8 @@ for _ in $(seq 100); do
 done
 [ -n "$ok" ] || fail "healthz did not recover: $(cat "$WORK/body")"
 assert_eq ok "$(field "d['status']")" "healthy again"
-code=$(curl -s -o "$WORK/body" -w '%{http_code}' -X POST -H "Authorization: Bearer $KEY" \
-    -H 'Content-Type: application/json' -d '{"type": "note.added", "entity_id": "n1", "payload": {"to": ["ann"]}}' \
-    "$API/v1/events")
-assert_eq 201 "$code" "intake works again: $(cat "$WORK/body")"
-wait_for "SELECT count(*) = 5 FROM crier.feed_items" 30 "the engine reconnected and fanned the event out"
+# intake works again, and the engine, reconnected, fans out
+post_note n1 5
 for i in 1 2 3 4; do post_note "after_$i" "$((5 + i))"; done
 grep -q "prepared statement" "$WORK/serve.log" && fail "a prepared statement was missing after the reconnect: $(grep "prepared statement" "$WORK/serve.log" | head -3)"
 kill -TERM "$SERVE_PID"
