@@ -336,6 +336,14 @@ CREATE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text, p
     AS $$ … $$; -- the body: sql/functions/emit.sql
 
 --
+-- Name: event_lock_key(text, text, text); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.event_lock_key(p_tenant text, p_event_type text, p_entity_id text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ … $$; -- the body: sql/functions/event_lock_key.sql
+
+--
 -- Name: feed(text, text, bigint, integer, boolean); Type: FUNCTION; Schema: crier; Owner: -
 --
 

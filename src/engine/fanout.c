@@ -1,13 +1,12 @@
 /* fanout.c — event fan-out: claim, lock, plan, one-statement batch insert (see fanout.h).
  *
  * One batch is one transaction on the worker's connection:
- *   BEGIN
- *   claim   SELECT … FROM crier.events WHERE state='pending' … FOR UPDATE SKIP LOCKED LIMIT n
- *   lock    SELECT id FROM unnest(ids, lock_keys) WHERE pg_try_advisory_xact_lock(key)
- *           (and whether crier.recipient_settings has any rows)
+ *   BEGIN and the claim, one round trip: SELECT … FROM crier.claim_events(n, lane) (FOR
+ *           UPDATE SKIP LOCKED), each row with pg_try_advisory_xact_lock of its event's
+ *           lock key (crier.event_lock_key) and whether crier.recipient_settings has rows
  *   settings (only when it has) the rules' recipients of every event, then one SELECT of
  *           their stored settings (time zone, locale, quiet hours), handed to the rules
- *   (rules run in C/Lua; keys, message ids and lock keys are computed in C, keys.h)
+ *   (rules run in C/Lua; keys and message ids are computed in C, keys.h)
  *   write   one statement: notifications ON CONFLICT DO NOTHING RETURNING → deliveries
  *           for the new rows only → events marked done / failed / dead
  *   timing  (only when a delivery has a delay, throttle or digest) crier.apply_timing()
@@ -38,8 +37,7 @@
 /* In the order a batch goes through them (crier_fanout_holds_events relies on it). */
 typedef enum {
     FANOUT_IDLE = 0,
-    FANOUT_CLAIM, /* BEGIN and the claim, one round trip */
-    FANOUT_LOCK,
+    FANOUT_CLAIM, /* BEGIN, the claim and the events' locks, one round trip */
     FANOUT_SETTINGS,
     FANOUT_WRITE,
     FANOUT_TIMING,
@@ -55,12 +53,10 @@ enum {
     CLAIM_ENTITY_ID,
     CLAIM_PAYLOAD,
     CLAIM_ATTEMPTS,
-    CLAIM_CURSOR
+    CLAIM_CURSOR,
+    CLAIM_LOCKED,      /* the event's advisory lock was granted to this transaction */
+    CLAIM_HAS_SETTINGS /* crier.recipient_settings has rows (the same in every row) */
 };
-
-/* Parameters of SQL_LOCK ($1, $2), and the columns of its rows. */
-enum { LOCK_EVENT_ID, LOCK_KEY, N_LOCK_PARAMS };
-enum { LOCKED_EVENT_ID, LOCKED_HAS_SETTINGS };
 
 /* Parameters of SQL_SETTINGS: (tenant, recipient id) pairs. */
 enum { SETTINGS_TENANT, SETTINGS_RECIPIENT, N_SETTINGS_PARAMS };
@@ -125,7 +121,6 @@ typedef struct {
     size_t tenant, event_type, entity_id, payload; /* offsets into strings */
     size_t cursor; /* offset of the page cursor, or SIZE_MAX (first page / not paged) */
     int attempts;
-    int64_t lock_key;
     bool locked;
 } fanout_event;
 
@@ -167,12 +162,11 @@ struct crier_fanout {
 
     /* Parameter arrays of the statements in flight (kept until the callback);
      * cols[WRITE_RULES_VERSION] and cols[WRITE_MAX_ATTEMPTS] stay unused. */
-    crier_pg_array lock_cols[N_LOCK_PARAMS];
     crier_pg_array settings_cols[N_SETTINGS_PARAMS];
     bool batch_settings; /* the rules hold stored settings for this batch (crier_rules_end_batch) */
     crier_pg_array cols[N_WRITE_PARAMS];
     crier_pg_params params;
-    char begin_claim[192]; /* SQL_BEGIN_CLAIM with the limit and lane */
+    char begin_claim[512]; /* SQL_BEGIN_CLAIM with the limit and lane */
     char max_attempts_text[24];
 
     /* Fast lane: event types whose rules ran past the soft limit lately; their
@@ -188,17 +182,20 @@ struct crier_fanout {
 
 /* The batch's transaction opens with its claim, in one round trip (two
  * statements in one simple query; the limit and the lane are the worker's
- * own integers, written in by fanout_step). crier.claim_events
- * (sql/functions/claim_events.sql): read in the order of events_pending_lane
- * whatever the statistics say. */
+ * own integers, written in by crier_fanout_new). crier.claim_events
+ * (sql/functions/claim_events.sql) reads in the order of events_pending_lane
+ * whatever the statistics say and locks the rows; then each claimed event
+ * tries its entity's advisory lock, in id order (a function scan returns its
+ * rows before the select list runs on them), so that no two workers fan out
+ * events of one entity at once: an event whose lock another worker holds is
+ * left pending, and claimed again after that worker's batch. The lock key is
+ * computed in SQL (crier.event_lock_key, the same value as crier_key_lock);
+ * it used to be sent in a statement of its own, one more round trip per batch. */
 static const char SQL_BEGIN_CLAIM[] =
-    "BEGIN; SELECT id, tenant, event_type, entity_id, payload, attempts, cursor"
-    " FROM crier.claim_events(%d, %d::smallint)";
-
-static const char SQL_LOCK[] =
-    "SELECT t.id, EXISTS (SELECT FROM crier.recipient_settings)"
-    " FROM unnest($1::bigint[], $2::bigint[]) AS t(id, k)"
-    " WHERE pg_try_advisory_xact_lock(t.k)";
+    "BEGIN; SELECT c.id, c.tenant, c.event_type, c.entity_id, c.payload, c.attempts, c.cursor,"
+    " pg_try_advisory_xact_lock(crier.event_lock_key(c.tenant, c.event_type, c.entity_id)),"
+    " EXISTS (SELECT FROM crier.recipient_settings)"
+    " FROM crier.claim_events(%d, %d::smallint) AS c";
 
 /* The stored settings of the batch's recipients (sql/017_recipient_settings.sql). */
 static const char SQL_SETTINGS[] =
@@ -407,6 +404,9 @@ static size_t claimed_string(crier_fanout *f, PGresult *res, int i, int col)
     return crier_strbuf_add(&f->strings, PQgetvalue(res, i, col), (size_t)PQgetlength(res, i, col));
 }
 
+static void fanout_load_settings(crier_fanout *f);
+static void fanout_plan_and_write(crier_fanout *f);
+
 static void fanout_on_claim(crier_fanout *f, PGresult *res)
 {
     int n = PQntuples(res);
@@ -419,8 +419,7 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
         fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
         return;
     }
-    crier_pg_array_begin(&f->lock_cols[LOCK_EVENT_ID], CRIER_PG_INT8);
-    crier_pg_array_begin(&f->lock_cols[LOCK_KEY], CRIER_PG_INT8);
+    bool settings = PQgetvalue(res, 0, CLAIM_HAS_SETTINGS)[0] == 't';
     for (int i = 0; i < n; i++) {
         fanout_event *e = fanout_event_add(f);
         e->id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
@@ -430,32 +429,18 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
         e->payload = claimed_string(f, res, i, CLAIM_PAYLOAD);
         e->attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS));
         e->cursor = PQgetisnull(res, i, CLAIM_CURSOR) ? SIZE_MAX : claimed_string(f, res, i, CLAIM_CURSOR);
-        e->locked = false;
-        e->lock_key = crier_key_lock(PQgetvalue(res, i, CLAIM_TENANT), PQgetvalue(res, i, CLAIM_EVENT_TYPE),
-                                     PQgetvalue(res, i, CLAIM_ENTITY_ID));
-        crier_pg_array_add_int64(&f->lock_cols[LOCK_EVENT_ID], e->id);
-        crier_pg_array_add_int64(&f->lock_cols[LOCK_KEY], e->lock_key);
+        e->locked = PQgetvalue(res, i, CLAIM_LOCKED)[0] == 't';
+        f->stats.events_skipped_locked += !e->locked;
     }
-    crier_pg_params_reset(&f->params);
-    for (int i = 0; i < N_LOCK_PARAMS; i++)
-        crier_pg_params_array(&f->params, &f->lock_cols[i]);
-    fanout_send(f, FANOUT_LOCK, SQL_LOCK, &f->params);
-}
-
-static fanout_event *fanout_find(crier_fanout *f, int64_t id)
-{
-    /* Claimed rows come back ordered by id: binary search. */
-    size_t lo = 0, hi = f->n_events;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (f->events[mid].id < id)
-            lo = mid + 1;
-        else if (f->events[mid].id > id)
-            hi = mid;
-        else
-            return &f->events[mid];
+    if (f->batch_settings) { /* (a batch that did not get to its plan) */
+        crier_rules_end_batch(f->rules);
+        f->batch_settings = false;
     }
-    return NULL;
+    if (settings) {
+        fanout_load_settings(f);
+        return;
+    }
+    fanout_plan_and_write(f);
 }
 
 /* Empties s and makes room for n keys at a load factor of at most 1/2,
@@ -768,28 +753,6 @@ static void fanout_load_settings(crier_fanout *f)
     fanout_send(f, FANOUT_SETTINGS, SQL_SETTINGS, &f->params);
 }
 
-static void fanout_on_lock(crier_fanout *f, PGresult *res)
-{
-    int n = PQntuples(res);
-    bool settings = false;
-    for (int i = 0; i < n; i++) {
-        fanout_event *e = fanout_find(f, strtoll(PQgetvalue(res, i, LOCKED_EVENT_ID), NULL, 10));
-        if (e)
-            e->locked = true;
-        settings = settings || PQgetvalue(res, i, LOCKED_HAS_SETTINGS)[0] == 't';
-    }
-    f->stats.events_skipped_locked += f->n_events - (size_t)n;
-    if (f->batch_settings) { /* (a batch that did not get to its plan) */
-        crier_rules_end_batch(f->rules);
-        f->batch_settings = false;
-    }
-    if (settings) {
-        fanout_load_settings(f);
-        return;
-    }
-    fanout_plan_and_write(f);
-}
-
 static void fanout_on_write(crier_fanout *f, PGresult *res)
 {
     uint64_t created = strtoull(PQgetvalue(res, 0, WRITTEN_NOTIFICATIONS), NULL, 10);
@@ -865,9 +828,6 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
     switch (was) {
     case FANOUT_CLAIM:
         fanout_on_claim(f, res);
-        break;
-    case FANOUT_LOCK:
-        fanout_on_lock(f, res);
         break;
     case FANOUT_SETTINGS:
         if (crier_rules_set_batch_settings(f->rules, res) != 0)
@@ -1028,8 +988,6 @@ void crier_fanout_free(crier_fanout *f)
     ev_timer_stop(f->loop, &f->retry);
     crier_rules_free(f->rules);
     crier_rules_free(f->next_rules);
-    for (size_t i = 0; i < N_LOCK_PARAMS; i++)
-        crier_pg_array_free(&f->lock_cols[i]);
     for (size_t i = 0; i < N_SETTINGS_PARAMS; i++)
         crier_pg_array_free(&f->settings_cols[i]);
     for (size_t i = 0; i < N_WRITE_PARAMS; i++)

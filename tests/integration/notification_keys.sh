@@ -3,7 +3,8 @@
 # every row's message id as crier.api_notification computes it from the key
 # hash, its readable key's escaping beside crier.natural_key's, and, for every
 # row a rule can produce, the real daemon's fan-out end to end: the stored key
-# hash, key and delivery message id, and the webhook-id a receiver gets.
+# hash, key and delivery message id, and the webhook-id a receiver gets; and
+# the lock key (crier.event_lock_key) that the fan-out's claim takes.
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 
@@ -53,6 +54,12 @@ SQL
 )
 [ -z "$bad" ] || fail "message ids computed in SQL differ from the vectors:
 $bad"
+
+# crier.event_lock_key (the advisory lock the fan-out's claim takes per event)
+# gives every row's lock key, as crier_key_lock does in C.
+bad=$(sql "SELECT string_agg('row ' || n || ': ' || crier.event_lock_key(tenant, event_type, entity_id), ', ' ORDER BY n)
+           FROM public.vectors WHERE crier.event_lock_key(tenant, event_type, entity_id) <> lock_key")
+[ -z "$bad" ] || fail "lock keys computed in SQL differ from the vectors: $bad"
 
 # crier.natural_key (the default dedupe key) escapes ':' and '\' like the
 # readable key, which starts with it.
@@ -111,4 +118,31 @@ receiver_ids | sort >"$WORK/ids"
 sql "SELECT message_id FROM public.plannable" | sort >"$WORK/expected_ids"
 diff "$WORK/expected_ids" "$WORK/ids" >"$WORK/ids.diff" ||
     fail "webhook-ids at the receiver differ from the vectors' message ids: $(cat "$WORK/ids.diff")"
+
+# The lock key is what the fan-out locks: while another session holds the lock
+# of one event's natural key, that event stays pending (untouched, no
+# notification) and the other events of the batch go through; once the lock
+# is released, the event is fanned out.
+sql "SELECT crier.emit('acme', 'ping', 'held'), crier.emit('acme', 'ping', 'free')" >/dev/null
+psql -XAtq "$CRIER_DATABASE_URL" -c "BEGIN" \
+    -c "SELECT pg_advisory_xact_lock(crier.event_lock_key('acme', 'ping', 'held'))" \
+    -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
+holder=$!
+PIDS+=("$holder")
+wait_for "SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+          AND (classid::bigint << 32 | objid::bigint) = crier.event_lock_key('acme', 'ping', 'held')" 10 \
+    "the holder's advisory lock was not taken"
+ping_serve locked "$RECEIVER_URL"
+wait_for "SELECT state = 'done' FROM crier.events WHERE entity_id = 'free'" 30 "the free event was not fanned out"
+sleep 1
+assert_eq "pending|0|0" "$(sql "SELECT e.state || '|' || e.attempts || '|' || count(n.id) FROM crier.events e
+                                LEFT JOIN crier.notifications n ON n.event_id = e.id
+                                WHERE e.entity_id = 'held' GROUP BY e.id")" \
+    "the event whose lock another session holds (state, attempts, notifications)"
+sql "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
+     AND (classid::bigint << 32 | objid::bigint) = crier.event_lock_key('acme', 'ping', 'held')" >/dev/null
+wait "$holder" 2>/dev/null || true
+wait_for "SELECT state = 'done' FROM crier.events WHERE entity_id = 'held'" 30 \
+    "the held event was not fanned out once the lock was released"
+stop_serve
 echo "ok"
