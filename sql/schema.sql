@@ -236,6 +236,7 @@ CREATE FUNCTION crier.check_quiet_hours(p_where text, p_quiet jsonb) RETURNS voi
 CREATE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe_base double precision) RETURNS TABLE(id bigint, attempts integer, channel text, message_id text, target text, body text, secret text, subject text, html text, sender text, retry_schedule integer[], budget_start integer, probe boolean)
     LANGUAGE plpgsql
     SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
     AS $$ … $$; -- the body: sql/functions/claim_deliveries.sql
 
 --
@@ -243,8 +244,9 @@ CREATE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe
 --
 
 CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text)
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
     AS $$ … $$; -- the body: sql/functions/claim_events.sql
 
 --
@@ -253,6 +255,7 @@ CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TAB
 
 CREATE FUNCTION crier.complete_deliveries(p_id bigint[], p_attempt integer[], p_outcome text[], p_health text[], p_status integer[], p_error text[], p_excerpt text[], p_delay double precision[], p_started double precision[], p_duration double precision[], p_probe boolean[], p_pause_after integer, p_disable_after double precision, p_probe_base double precision, OUT applied integer, OUT delivered integer, OUT retried integer, OUT dead integer, OUT paused text[], OUT resumed text[], OUT disabled text[]) RETURNS record
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$ … $$; -- the body: sql/functions/complete_deliveries.sql
 
 --
@@ -340,8 +343,18 @@ CREATE FUNCTION crier.emit(p_tenant text, p_event_type text, p_entity_id text, p
 --
 
 CREATE FUNCTION crier.event_lock_key(p_tenant text, p_event_type text, p_entity_id text) RETURNS bigint
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
     AS $$ … $$; -- the body: sql/functions/event_lock_key.sql
+
+--
+-- Name: events_waiting(smallint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.events_waiting(p_lane smallint) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
+    AS $$ … $$; -- the body: sql/functions/events_waiting.sql
 
 --
 -- Name: feed(text, text, bigint, integer, boolean); Type: FUNCTION; Schema: crier; Owner: -
@@ -476,7 +489,7 @@ CREATE FUNCTION crier.leave_audience(p_tenant text, p_audience text, p_recipient
 --
 
 CREATE FUNCTION crier.metric_add(p_metric text[], p_label1 text[], p_value1 text[], p_label2 text[], p_value2 text[], p_n double precision[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/metric_add.sql
 
 --
@@ -492,7 +505,7 @@ CREATE FUNCTION crier.metric_buckets() RETURNS double precision[]
 --
 
 CREATE FUNCTION crier.metric_observe(p_metric text, p_label text, p_value text[], p_seconds double precision[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/metric_observe.sql
 
 --
@@ -516,7 +529,7 @@ CREATE FUNCTION crier.metrics_fanout(p_created bigint, p_quarantined bigint, p_l
 --
 
 CREATE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[], p_duration_ms double precision[], p_notification bigint[], p_created timestamp with time zone[]) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/metrics_sent.sql
 
 --

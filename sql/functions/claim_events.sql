@@ -11,16 +11,24 @@
 -- range (lane >= p_lane AND lane <= p_lane, which PostgreSQL does not turn into an equality):
 -- with "lane = p_lane" the lane is a constant to the planner and the primary key gives the
 -- same order by id, which it chose after such an analyze. Bitmap scans are off for this
--- function.
+-- function. PL/pgSQL, not LANGUAGE sql: a SQL function with a SET clause is never inlined, so
+-- it was parsed and planned again for every claim; PL/pgSQL keeps the plan for the session, so
+-- sequential scans are off as well: a plan made from the statistics of a tiny table (a new
+-- database) was a sequential scan and a sort, kept while the table grew
+-- (tests/integration/plans_stable.sh).
 CREATE OR REPLACE FUNCTION crier.claim_events(p_limit integer, p_lane smallint)
 RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
                "cursor" text)
-LANGUAGE sql
+LANGUAGE plpgsql
 SET enable_bitmapscan = off
+SET enable_seqscan = off
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT e.id, e.tenant, e.event_type, e.entity_id, e.payload::text, e.attempts, e.cursor
     FROM crier.events e
     WHERE e.state = 'pending' AND e.available_at <= now() AND e.lane >= p_lane AND e.lane <= p_lane
     ORDER BY e.lane, e.id LIMIT p_limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF e SKIP LOCKED;
+END
 $$;

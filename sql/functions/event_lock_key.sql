@@ -7,7 +7,7 @@
 -- tests/integration/notification_keys.sh checks it against tests/vectors/notification_keys.tsv.
 CREATE OR REPLACE FUNCTION crier.event_lock_key(p_tenant text, p_event_type text, p_entity_id text)
 RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
     SELECT ('x' || encode(substr(sha256(
                convert_to('crier.event.v1', 'UTF8')
                || '\x01'::bytea || int4send(octet_length(convert_to(p_tenant, 'UTF8'))) || convert_to(p_tenant, 'UTF8')

@@ -23,9 +23,8 @@
 
 static const char SQL_SLEEP[] = "SELECT pg_advisory_lock(" WAKE_KEY ")";
 static const char SQL_WAKE[] = "SELECT pg_advisory_unlock(" WAKE_KEY ")";
-/* The fast lane's claim (fanout.c) would find something. */
-static const char SQL_PROBE[] = "SELECT EXISTS (SELECT 1 FROM crier.events WHERE state = 'pending'"
-                                " AND lane = 0 AND available_at <= now())";
+/* The fast lane's claim (fanout.c) would find something (sql/functions/events_waiting.sql). */
+static const char SQL_PROBE[] = "SELECT crier.events_waiting(0::smallint)";
 
 struct crier_wake {
     struct ev_loop *loop;
