@@ -44,8 +44,8 @@
 
 static const char bench_pipeline_help[] =
     "usage: crier bench pipeline [--events N] [--recipients K] [--workers LIST] [--repeat R]\n"
-    "                            [--batch-size B] [--fanout-connections C] [--send] [--keep]\n"
-    "                            [--json]\n"
+    "                            [--batch-size B] [--fanout-connections C] [--copy-min M]\n"
+    "                            [--send] [--keep] [--json]\n"
     "                            [--database URL] [--lua-dir DIR]\n"
     "\n"
     "Emits N events of K recipients (one webhook each) and lets W `crier serve\n"
@@ -65,8 +65,9 @@ static const char bench_pipeline_help[] =
     "(its crier tables are EMPTIED; refused if they hold another tenant's events);\n"
     "CRIER_DATABASE_URL is ignored.\n"
     "--keep keeps the work directory (serve logs, rules).\n"
-    "--batch-size and --fanout-connections are passed to each crier serve.\n"
-    "Defaults: N=20000, K=5, LIST=1,2, R=3, B and C: serve's defaults.\n";
+    "--batch-size, --fanout-connections and --copy-min are passed to each crier serve\n"
+    "(--copy-min 100000000: rows through the write statement, never by COPY).\n"
+    "Defaults: N=20000, K=5, LIST=1,2, R=3, B, C and M: serve's defaults.\n";
 
 #define BENCH_TENANT "bench"
 #define BENCH_TYPE "bench.fan"
@@ -75,7 +76,7 @@ static const char bench_pipeline_help[] =
 #define MAX_STATEMENTS 12
 
 typedef struct {
-    int events, recipients, repeat, batch_size, fanout_connections;
+    int events, recipients, repeat, batch_size, fanout_connections, copy_min;
     int workers[MAX_WORKER_COUNTS];
     int n_workers;
     bool send, json, keep;
@@ -191,11 +192,12 @@ static int bench_reset(bench_ctx *b)
 /* Starts w serves and waits for all of them to exit. Returns 0 or -1. */
 static int bench_run_serves(bench_ctx *b, int w)
 {
-    char logs[MAX_WORKERS][400], batch[16], conns[16];
+    char logs[MAX_WORKERS][400], batch[16], conns[16], copy_min[16];
     int rc = 0;
 
     snprintf(batch, sizeof batch, "%d", b->o.batch_size);
     snprintf(conns, sizeof conns, "%d", b->o.fanout_connections);
+    snprintf(copy_min, sizeof copy_min, "%d", b->o.copy_min);
     for (int i = 0; i < w; i++) {
         char *argv[24];
         int n = crier_bench_serve_argv(argv, b->conninfo, b->rules_dir, b->cli.lua_dir);
@@ -209,6 +211,10 @@ static int bench_run_serves(bench_ctx *b, int w)
         if (b->o.fanout_connections > 0) {
             argv[n++] = "--fanout-connections";
             argv[n++] = conns;
+        }
+        if (b->o.copy_min > 0) {
+            argv[n++] = "--copy-min";
+            argv[n++] = copy_min;
         }
         argv[n] = NULL;
         snprintf(logs[i], sizeof logs[i], "%s/serve-%d.log", b->dir, ++b->n_logs);
@@ -586,6 +592,7 @@ static int bench_option(void *ud, int opt, const char *arg)
     case 'b': return crier_cli_positive_int("bench", "batch-size", arg, 100000, &o->batch_size);
     case 'w': return parse_workers(o, arg);
     case 'c': return crier_cli_positive_int("bench", "fanout-connections", arg, 8, &o->fanout_connections);
+    case 'm': return crier_cli_positive_int("bench", "copy-min", arg, 100000000, &o->copy_min);
     case 's': o->send = true; return 0;
     case 'k': o->keep = true; return 0;
     case 'j': o->json = true; return 0;
@@ -602,6 +609,7 @@ int crier_bench_pipeline(int argc, char **argv)
                                             {"batch-size", required_argument, NULL, 'b'},
                                             {"workers", required_argument, NULL, 'w'},
                                             {"fanout-connections", required_argument, NULL, 'c'},
+                                            {"copy-min", required_argument, NULL, 'm'},
                                             {"send", no_argument, NULL, 's'},
                                             {"keep", no_argument, NULL, 'k'},
                                             {"json", no_argument, NULL, 'j'},
@@ -615,7 +623,7 @@ int crier_bench_pipeline(int argc, char **argv)
 
     memset(&b, 0, sizeof b);
     memset(series, 0, sizeof series);
-    b.o = (bench_opts){20000, 5, 3, 0, 0, {1, 2}, 2, false, false, false};
+    b.o = (bench_opts){.events = 20000, .recipients = 5, .repeat = 3, .workers = {1, 2}, .n_workers = 2};
     crier_cli_init(&b.cli);
     if (crier_cli_parse(&b.cli, bench_pipeline_help, argc, argv, options, bench_option, &b.o, &rc))
         goto out;

@@ -44,6 +44,9 @@ static const char serve_help[] =
     "                         (default 100ms)\n"
     "  --batch-budget D       rules time per fan-out batch; the events not planned by\n"
     "                         then wait for the next batch, untouched (default 2s)\n"
+    "  --copy-min N           a fan-out batch of at least N new notifications writes\n"
+    "                         them and their deliveries with COPY, PostgreSQL's bulk\n"
+    "                         load (default 256; above --batch-size x recipients: never)\n"
     "  --fanout-connections N fan-out batches in flight at once, each on its own\n"
     "                         connection: one batch's rules run while another's rows\n"
     "                         are written (default 2, at most 8)\n"
@@ -134,6 +137,7 @@ enum {
     SERVE_OPT_HTTP_MAX_STREAMS,
     SERVE_OPT_SLOW_RULE,
     SERVE_OPT_BATCH_BUDGET,
+    SERVE_OPT_COPY_MIN,
     SERVE_OPT_HEARTBEAT,
     SERVE_OPT_NO_WORKERS,
     SERVE_OPT_OPERATOR_KEY,
@@ -300,6 +304,8 @@ static int serve_option(void *ud, int opt, const char *arg)
                                       &a->http.max_streams);
     case SERVE_OPT_SLOW_RULE:
         return crier_cli_duration("serve", "slow-rule", arg, &a->cfg.fanout.slow_after);
+    case SERVE_OPT_COPY_MIN:
+        return crier_cli_positive_int("serve", "copy-min", arg, 100000000, &a->cfg.fanout.copy_min);
     case SERVE_OPT_BATCH_BUDGET:
         return crier_cli_duration("serve", "batch-budget", arg, &a->cfg.fanout.batch_budget);
     case SERVE_OPT_NO_DELIVER:
@@ -478,6 +484,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"event-attempts", required_argument, NULL, 'R'},
                                             {"slow-rule", required_argument, NULL, SERVE_OPT_SLOW_RULE},
                                             {"batch-budget", required_argument, NULL, SERVE_OPT_BATCH_BUDGET},
+                                            {"copy-min", required_argument, NULL, SERVE_OPT_COPY_MIN},
                                             {"heartbeat", required_argument, NULL, SERVE_OPT_HEARTBEAT},
                                             {"no-workers", no_argument, NULL, SERVE_OPT_NO_WORKERS},
                                             {"no-deliver", no_argument, NULL, SERVE_OPT_NO_DELIVER},

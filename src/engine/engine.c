@@ -713,10 +713,10 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
             stats->delivery = ds;
         }
         crier_info("engine",
-                   "stopped: %llu events fanned out (%llu dead), %llu notifications new, %llu duplicates "
-                   "skipped; %llu delivered, %llu retried, %llu dead",
+                   "stopped: %llu events fanned out (%llu dead), %llu notifications new (%llu by COPY), "
+                   "%llu duplicates skipped; %llu delivered, %llu retried, %llu dead",
                    (unsigned long long)fs->events_done, (unsigned long long)fs->events_dead,
-                   (unsigned long long)fs->notifications_created,
+                   (unsigned long long)fs->notifications_created, (unsigned long long)fs->notifications_copied,
                    (unsigned long long)fs->notifications_duplicate, (unsigned long long)ds.delivered,
                    (unsigned long long)ds.retried, (unsigned long long)ds.dead);
     }

@@ -34,6 +34,8 @@ typedef struct {
                             event is handed to the slow lane (default 0.1) */
     double batch_budget; /* wall seconds of rules per batch; the events not planned by
                             then are released for the next batch, untouched (default 2) */
+    int copy_min;        /* a batch planning at least this many new notifications writes
+                            them and their deliveries with COPY (default 256) */
 } crier_fanout_options;
 
 typedef struct {
@@ -43,6 +45,7 @@ typedef struct {
     uint64_t events_dead;
     uint64_t events_skipped_locked; /* another worker held the natural-key lock */
     uint64_t notifications_created;
+    uint64_t notifications_copied; /* of those, written by COPY (crier_fanout_options.copy_min) */
     uint64_t notifications_duplicate;
     uint64_t deliveries_created;
     uint64_t pages;          /* pages of paged audiences written with more to come */

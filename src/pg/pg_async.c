@@ -34,6 +34,11 @@ struct crier_pg {
     bool preparing;
     int preparing_slot;
     const crier_pg_params *exec_params;
+    /* COPY … FROM STDIN in flight: its rows, and how much of them was queued */
+    const char *copy_data;
+    size_t copy_len, copy_sent;
+    bool copy_pending; /* the COPY was sent; its rows go once the server asks for them */
+    bool copying;      /* the server asked for them: rows (and the end) still to queue */
     crier_pg_notify_fn notify;
     void *notify_ud;
 };
@@ -74,6 +79,7 @@ static void pg_fail(crier_pg *pg, const char *what)
     crier_error("pg", "%s connection: %s", pg->name, msg);
     pg->broken = true;
     pg->preparing = false;
+    pg->copy_pending = pg->copying = false;
     pg_watch(pg, 0);
     PQclear(pg->last);
     pg->last = NULL;
@@ -120,6 +126,55 @@ static bool pg_prepared_then_execute(crier_pg *pg)
     return true;
 }
 
+/* libpq refused COPY data: if the connection still works, the server ended
+ * the copy (an error, say a row that broke a unique index), and that result
+ * is read as any other; else the connection failed. */
+static int pg_copy_refused(crier_pg *pg, const char *what)
+{
+    pg->copying = false;
+    if (PQstatus(pg->conn) != CONNECTION_OK) {
+        pg_fail(pg, what);
+        return -1;
+    }
+    pg_watch(pg, EV_READ);
+    return 0;
+}
+
+/* Queues the COPY's rows and its end on the connection, as far as libpq's
+ * output buffer takes them, and flushes; what is left waits for the socket
+ * to be writable. Returns -1 if the connection failed (pg_fail called). */
+static int pg_copy_push(crier_pg *pg)
+{
+    while (pg->copy_sent < pg->copy_len) {
+        size_t n = pg->copy_len - pg->copy_sent;
+        if (n > 256 * 1024)
+            n = 256 * 1024;
+        int r = PQputCopyData(pg->conn, pg->copy_data + pg->copy_sent, (int)n);
+        if (r < 0)
+            return pg_copy_refused(pg, "sending COPY rows failed");
+        if (r == 0) { /* the output buffer is full: wait until the socket drains */
+            pg_watch(pg, EV_READ | EV_WRITE);
+            return 0;
+        }
+        pg->copy_sent += n;
+    }
+    int r = PQputCopyEnd(pg->conn, NULL);
+    if (r < 0)
+        return pg_copy_refused(pg, "ending the COPY failed");
+    if (r == 0) {
+        pg_watch(pg, EV_READ | EV_WRITE);
+        return 0;
+    }
+    pg->copying = false;
+    r = PQflush(pg->conn);
+    if (r < 0) {
+        pg_fail(pg, "sending COPY rows failed");
+        return -1;
+    }
+    pg_watch(pg, r == 1 ? (EV_READ | EV_WRITE) : EV_READ);
+    return 0;
+}
+
 static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     crier_pg *pg = w->data;
@@ -134,7 +189,10 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
             pg_fail(pg, "sending the query failed");
             return;
         }
-        if (r == 0)
+        if (pg->copying) {
+            if (pg_copy_push(pg) < 0)
+                return;
+        } else if (r == 0)
             pg_watch(pg, EV_READ);
     }
     if (!(revents & EV_READ))
@@ -144,8 +202,23 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         return;
     }
     pg_dispatch_notifies(pg);
+    if (pg->copying)
+        return; /* rows still to send: the result comes after them */
     while (pg->busy && !PQisBusy(pg->conn)) {
         PGresult *res = PQgetResult(pg->conn);
+        if (res && PQresultStatus(res) == PGRES_COPY_IN) {
+            /* the server asks for the COPY's rows */
+            PQclear(res);
+            if (!pg->copy_pending) {
+                pg_fail(pg, "the server asked for COPY rows that were never offered");
+                return;
+            }
+            pg->copy_pending = false;
+            pg->copying = true;
+            if (pg_copy_push(pg) < 0)
+                return;
+            break; /* its result comes once the rows are in */
+        }
         if (res) {
             /* Keep the last result of the query (an error result wins). */
             if (pg->last && PQresultStatus(pg->last) == PGRES_FATAL_ERROR)
@@ -170,6 +243,7 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         PGresult *last = pg->last;
         pg->last = NULL;
         pg->busy = false;
+        pg->copy_pending = false; /* (a COPY refused before its rows were asked for) */
         pg->cb = NULL;
         if (cb)
             cb(ud, last, last ? NULL : "query returned no result");
@@ -338,6 +412,7 @@ static int pg_send_failed(crier_pg *pg)
     crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
     pg->broken = PQstatus(pg->conn) == CONNECTION_BAD;
     pg->preparing = false;
+    pg->copy_pending = false;
     return -1;
 }
 
@@ -360,6 +435,20 @@ int crier_pg_query_script(crier_pg *pg, const char *sql, crier_pg_result_fn cb, 
         return -1;
     if (!PQsendQuery(pg->conn, sql))
         return pg_send_failed(pg);
+    return pg_sent(pg, cb, ud);
+}
+
+int crier_pg_copy_in(crier_pg *pg, const char *sql, const char *data, size_t len, crier_pg_result_fn cb,
+                     void *ud)
+{
+    if (!pg_may_send(pg))
+        return -1;
+    if (!PQsendQuery(pg->conn, sql))
+        return pg_send_failed(pg);
+    pg->copy_data = data;
+    pg->copy_len = len;
+    pg->copy_sent = 0;
+    pg->copy_pending = true;
     return pg_sent(pg, cb, ud);
 }
 
@@ -401,6 +490,7 @@ static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud)
         pg->cb = NULL;
         pg->broken = true;
         pg->preparing = false;
+        pg->copy_pending = false;
         crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
         return -1;
     }
@@ -430,6 +520,7 @@ int crier_pg_reconnect(crier_pg *pg)
     pg->busy = false;
     pg->cb = NULL;
     pg->preparing = false;
+    pg->copy_pending = pg->copying = false;
     pg->n_prepared = 0; /* a new session: nothing is prepared on it */
     if (pg->conn)
         PQfinish(pg->conn);

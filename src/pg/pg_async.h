@@ -1,6 +1,7 @@
 /* pg_async.h — one nonblocking libpq connection on a libev loop: one query in
  * flight at a time (PQsendQueryParams, PQflush, PQconsumeInput, PQisBusy), its
- * result handed to a callback, and LISTEN/NOTIFY notifications to another.
+ * result handed to a callback, and LISTEN/NOTIFY notifications to another;
+ * COPY … FROM STDIN of rows built in memory.
  *
  * Layer: pg (src/pg/), may use base.
  * Calls into: log (base), pg_array.
@@ -53,6 +54,14 @@ int crier_pg_query_script(crier_pg *pg, const char *sql, crier_pg_result_fn cb, 
  * the PREPARE's error. */
 int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, const crier_pg_params *params,
                             crier_pg_result_fn cb, void *ud);
+
+/* Sends sql, a COPY … FROM STDIN, then the len bytes at data (rows in COPY's
+ * format, pg_copy.h) and the end of the copy, without blocking the loop. data
+ * must stay valid until the callback runs; the callback gets the COPY's
+ * result (COMMAND_OK, or the error that refused a row). Returns as
+ * crier_pg_query. */
+int crier_pg_copy_in(crier_pg *pg, const char *sql, const char *data, size_t len, crier_pg_result_fn cb,
+                     void *ud);
 
 /* True when the connection is usable. */
 bool crier_pg_ok(const crier_pg *pg);

@@ -1,0 +1,100 @@
+/* pg_copy.c — rows in COPY's text format (see pg_copy.h). */
+#include "pg_copy.h"
+#include "strbuf.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Makes room for n more bytes and the separator before a field. */
+static char *copy_field_start(crier_pg_copy *c, size_t n)
+{
+    crier_strbuf_grow(&c->data, &c->cap, c->len + n + 2, 64 * 1024);
+    if (c->fields++ > 0)
+        c->data[c->len++] = '\t';
+    return c->data + c->len;
+}
+
+void crier_pg_copy_reset(crier_pg_copy *c)
+{
+    c->len = 0;
+    c->rows = 0;
+    c->fields = 0;
+}
+
+void crier_pg_copy_text(crier_pg_copy *c, const char *s, size_t n)
+{
+    if (!s) {
+        char *p = copy_field_start(c, 2);
+        memcpy(p, "\\N", 2);
+        c->len += 2;
+        return;
+    }
+    char *p = copy_field_start(c, 2 * n); /* every byte escaped, at worst */
+    char *start = p;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        switch (ch) {
+        case '\\':
+            *p++ = '\\';
+            *p++ = '\\';
+            break;
+        case '\n':
+            *p++ = '\\';
+            *p++ = 'n';
+            break;
+        case '\r':
+            *p++ = '\\';
+            *p++ = 'r';
+            break;
+        case '\t':
+            *p++ = '\\';
+            *p++ = 't';
+            break;
+        default:
+            *p++ = ch;
+        }
+    }
+    c->len += (size_t)(p - start);
+}
+
+void crier_pg_copy_str(crier_pg_copy *c, const char *s)
+{
+    crier_pg_copy_text(c, s, s ? strlen(s) : 0);
+}
+
+void crier_pg_copy_int64(crier_pg_copy *c, int64_t v)
+{
+    char *p = copy_field_start(c, 24);
+    c->len += (size_t)snprintf(p, 24, "%" PRId64, v);
+}
+
+void crier_pg_copy_uuid(crier_pg_copy *c, const uint8_t bytes[16])
+{
+    static const char hex[] = "0123456789abcdef";
+    char *p = copy_field_start(c, 36);
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = hex[bytes[i] >> 4];
+        *p++ = hex[bytes[i] & 15];
+    }
+    c->len += 36;
+}
+
+void crier_pg_copy_end_row(crier_pg_copy *c)
+{
+    crier_strbuf_grow(&c->data, &c->cap, c->len + 1, 64 * 1024);
+    c->data[c->len++] = '\n';
+    c->rows++;
+    c->fields = 0;
+}
+
+void crier_pg_copy_free(crier_pg_copy *c)
+{
+    free(c->data);
+    c->data = NULL;
+    c->len = c->cap = c->rows = 0;
+    c->fields = 0;
+}
