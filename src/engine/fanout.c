@@ -747,6 +747,13 @@ static void fanout_send_ids(crier_fanout *f)
     fanout_send_as(f, FANOUT_IDS, "crier_fanout_ids", SQL_IDS, &f->params);
 }
 
+/* Sends one COPY of the batch's rows. */
+static void fanout_send_copy(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_copy *rows)
+{
+    f->state = next;
+    fanout_sent(f, crier_pg_copy_in(f->pg, sql, rows->data, rows->len, fanout_result, f));
+}
+
 /* SQL_IDS answered: the rows go in by COPY, or (a recipient has preferences)
  * through SQL_WRITE. */
 static void fanout_on_ids(crier_fanout *f, PGresult *res)
@@ -762,9 +769,7 @@ static void fanout_on_ids(crier_fanout *f, PGresult *res)
     }
     f->copy_rows = true;
     fanout_add_rows(f, res);
-    f->state = FANOUT_COPY_NOTIFICATIONS;
-    fanout_sent(f, crier_pg_copy_in(f->pg, SQL_COPY_NOTIFICATIONS, f->copy_notifications.data,
-                                    f->copy_notifications.len, fanout_result, f));
+    fanout_send_copy(f, FANOUT_COPY_NOTIFICATIONS, SQL_COPY_NOTIFICATIONS, &f->copy_notifications);
 }
 
 /* The batch's notifications and their deliveries: into the write's arrays
@@ -1033,9 +1038,7 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         break;
     case FANOUT_COPY_NOTIFICATIONS:
         if (f->copy_deliveries.rows > 0) {
-            f->state = FANOUT_COPY_DELIVERIES;
-            fanout_sent(f, crier_pg_copy_in(f->pg, SQL_COPY_DELIVERIES, f->copy_deliveries.data,
-                                            f->copy_deliveries.len, fanout_result, f));
+            fanout_send_copy(f, FANOUT_COPY_DELIVERIES, SQL_COPY_DELIVERIES, &f->copy_deliveries);
             break;
         }
         fanout_send_write(f);

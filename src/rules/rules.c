@@ -62,16 +62,17 @@ static void *rules_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     rules_memory *m = ud;
     size_t old = ptr ? osize : 0;
+    size_t rest = m->used - (old < m->used ? old : m->used); /* counted without this block */
     if (nsize == 0) {
         m->inner(m->inner_ud, ptr, osize, 0);
-        m->used -= old < m->used ? old : m->used;
+        m->used = rest;
         return NULL;
     }
-    if (nsize > old && m->used - (old < m->used ? old : m->used) + nsize > m->cap)
+    if (nsize > old && rest + nsize > m->cap)
         return NULL; /* Lua raises "not enough memory" */
     void *p = m->inner(m->inner_ud, ptr, osize, nsize);
     if (p)
-        m->used = m->used - (old < m->used ? old : m->used) + nsize;
+        m->used = rest + nsize;
     return p;
 }
 
