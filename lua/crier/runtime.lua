@@ -400,6 +400,24 @@ local function rule_fail(rule, msg)
         rule_failure_mt), 0)
 end
 
+-- The fail(msg) a channel's deliver gets for a rule: one closure per rule,
+-- made on first use (a closure made per recipient cost an allocation each,
+-- and LuaJIT cannot compile a trace through the making of one, nor through
+-- the closing of its upvalue: make_failer holds both, out of the hot path).
+local failers = setmetatable({}, { __mode = "k" })
+
+local function make_failer(rule)
+    local fail = function(msg)
+        rule_fail(rule, msg)
+    end
+    failers[rule] = fail
+    return fail
+end
+
+local function failer_for(rule)
+    return failers[rule] or make_failer(rule)
+end
+
 local function on_rule_error(err)
     if getmetatable(err) == rule_failure_mt then
         return err
@@ -513,9 +531,7 @@ local function deliveries_for(rule, event, recipient)
                 type(channels), recipient.id))
         end
     end
-    local function fail(msg)
-        rule_fail(rule, msg)
-    end
+    local fail = failer_for(rule)
     local deliveries, seen = {}, {}
     for _, name in ipairs(channels) do
         local kind = crier.channel_kinds[name]

@@ -1,9 +1,8 @@
 /* pg_copy.c — rows in COPY's text format (see pg_copy.h). */
 #include "pg_copy.h"
+#include "decimal.h"
 #include "strbuf.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +22,9 @@ void crier_pg_copy_reset(crier_pg_copy *c)
     c->fields = 0;
 }
 
+/* The bytes COPY's text format escapes: each as a backslash and this letter. */
+static const char copy_escape[256] = {['\\'] = '\\', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't'};
+
 void crier_pg_copy_text(crier_pg_copy *c, const char *s, size_t n)
 {
     if (!s) {
@@ -33,29 +35,20 @@ void crier_pg_copy_text(crier_pg_copy *c, const char *s, size_t n)
     }
     char *p = copy_field_start(c, 2 * n); /* every byte escaped, at worst */
     char *start = p;
+    size_t run = 0; /* the first byte not yet copied */
     for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        switch (ch) {
-        case '\\':
-            *p++ = '\\';
-            *p++ = '\\';
-            break;
-        case '\n':
-            *p++ = '\\';
-            *p++ = 'n';
-            break;
-        case '\r':
-            *p++ = '\\';
-            *p++ = 'r';
-            break;
-        case '\t':
-            *p++ = '\\';
-            *p++ = 't';
-            break;
-        default:
-            *p++ = ch;
-        }
+        char esc = copy_escape[(unsigned char)s[i]];
+        if (!esc)
+            continue;
+        /* the plain bytes before it in one copy */
+        memcpy(p, s + run, i - run);
+        p += i - run;
+        *p++ = '\\';
+        *p++ = esc;
+        run = i + 1;
     }
+    memcpy(p, s + run, n - run);
+    p += n - run;
     c->len += (size_t)(p - start);
 }
 
@@ -66,8 +59,8 @@ void crier_pg_copy_str(crier_pg_copy *c, const char *s)
 
 void crier_pg_copy_int64(crier_pg_copy *c, int64_t v)
 {
-    char *p = copy_field_start(c, 24);
-    c->len += (size_t)snprintf(p, 24, "%" PRId64, v);
+    char *p = copy_field_start(c, CRIER_DECIMAL_MAX);
+    c->len += crier_decimal_int64(p, v);
 }
 
 void crier_pg_copy_uuid(crier_pg_copy *c, const uint8_t bytes[16])

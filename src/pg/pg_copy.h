@@ -4,7 +4,7 @@
  * A batch's rows are built here and sent by crier_pg_copy_in (pg_async.h).
  *
  * Layer: pg (src/pg/), may use base.
- * Calls into: strbuf (its growth).
+ * Calls into: strbuf (its growth), decimal (integers).
  */
 #ifndef CRIER_PG_COPY_H
 #define CRIER_PG_COPY_H

@@ -1,7 +1,7 @@
 -- Specs keeping the plan table's two sides in step: runtime.PLAN_FIELDS (the
 -- declared shape of what gen:plan returns) against the fields src/rules/rules.c
 -- reads (parsed from its source text: its PLAN_… constants and every
--- lua_getfield / copy_field of the plan), and against plans the planner really
+-- lua_getfield / plan_getfield / copy_field of the plan), and against plans the planner really
 -- produces for every channel, a paged audience and a rule in mode "read".
 local json = require "crier.json"
 local runtime = require "crier.runtime"
@@ -91,6 +91,9 @@ describe("runtime.PLAN_FIELDS", function()
         end
         for key in gmatch(readers, "lua_getfield%(L,[^,]+,([^%)]+)%)") do
             note("lua_getfield", key)
+        end
+        for key in gmatch(readers, "plan_getfield%(L,[^,]+,([^,]+),[^%)]+%)") do
+            note("plan_getfield", key)
         end
         for key, optional in gmatch(readers, "copy_field%(L,[^,]+,([^,]+),%s*(%d)") do
             note("copy_field", key)
