@@ -10,13 +10,15 @@
  *   write   one statement: notifications ON CONFLICT DO NOTHING RETURNING → deliveries
  *           for the new rows only → events marked done / failed / dead
  *           (a large batch of new notifications: their ids drawn first, then the
- *           notifications and the deliveries by COPY, then this statement for the rest)
+ *           notifications and the deliveries by COPY, then this statement for the rest;
+ *           the COPY rows are built while the batch is planned: fanout_rows.h)
  *   timing  (only when a delivery has a delay, throttle or digest) crier.apply_timing()
  *   COMMIT
  * No network send happens inside it; a crash anywhere rolls it back and the
  * events are claimed again by any worker. */
 #include "fanout.h"
 #include "alloc.h"
+#include "fanout_rows.h"
 
 #include "clock.h"
 #include "keys.h"
@@ -132,14 +134,6 @@ typedef struct {
     bool locked;
 } fanout_event;
 
-/* Open-addressing set of 128-bit key hashes seen in one batch, so that a
- * batch never carries the same notification twice. */
-typedef struct {
-    uint8_t (*slots)[CRIER_KEY_HASH_LEN];
-    bool *used;
-    size_t cap;
-} key_set;
-
 struct crier_fanout {
     struct ev_loop *loop;
     crier_pg *pg;
@@ -164,7 +158,7 @@ struct crier_fanout {
     size_t n_events, cap_events;
     crier_strbuf strings;
     crier_plan plan;
-    key_set seen; /* reused from batch to batch */
+    crier_key_set seen; /* the statement path's keys, reused from batch to batch */
     uint64_t batch_deliveries;
     size_t batch_timed; /* planned deliveries with a timing (crier.apply_timing decides them) */
     /* The plan under way (FANOUT_PLAN): the next event to plan, how many were
@@ -182,7 +176,9 @@ struct crier_fanout {
     crier_pg_params params;
     /* The COPY path (opts.copy_min): the batch's notification and delivery rows */
     bool copy_rows;        /* this batch writes its rows by COPY */
-    crier_pg_copy copy_notifications, copy_deliveries;
+    crier_fanout_rows rows; /* its COPY rows, built as it is planned (fanout_rows_extend) */
+    size_t rows_done;       /* plan recipients in rows so far */
+    bool rows_dropped;      /* a delivery on the feed or with a timing: not by COPY */
     char copied_text[24];  /* WRITE_COPIED */
     char ids_text[24];     /* SQL_IDS' $1 */
     char begin_claim[512]; /* SQL_BEGIN_CLAIM with the limit and lane */
@@ -501,38 +497,6 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
     fanout_plan_begin(f);
 }
 
-/* Empties s and makes room for n keys at a load factor of at most 1/2,
- * keeping the memory of earlier batches. */
-static void key_set_reset(key_set *s, size_t n)
-{
-    size_t cap = s->cap ? s->cap : 16;
-    while (cap < 2 * n + 2)
-        cap *= 2;
-    if (cap != s->cap) {
-        free(s->slots);
-        free(s->used);
-        s->slots = crier_xmalloc(cap * sizeof *s->slots);
-        s->used = crier_xmalloc(cap * sizeof *s->used);
-        s->cap = cap;
-    }
-    memset(s->used, 0, s->cap * sizeof *s->used);
-}
-
-static bool key_set_insert(key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
-{
-    uint64_t v;
-    memcpy(&v, h, sizeof v);
-    for (size_t i = v & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->used[i]) {
-            s->used[i] = true;
-            memcpy(s->slots[i], h, CRIER_KEY_HASH_LEN);
-            return true;
-        }
-        if (!memcmp(s->slots[i], h, CRIER_KEY_HASH_LEN))
-            return false;
-    }
-}
-
 /* True when the fast lane saw an event of type run slow lately (now: the
  * monotonic clock). Costs nothing while no type is marked. */
 static bool fanout_type_is_slow(const crier_fanout *f, const char *type, double now)
@@ -591,12 +555,10 @@ static bool fanout_needs_checked_write(const crier_fanout *f)
     return false;
 }
 
-static void fanout_add_rows(crier_fanout *f, const PGresult *ids);
-static void fanout_copy_rows(crier_fanout *f, int64_t id, const crier_key_parts *kp,
-                             const uint8_t h[CRIER_KEY_HASH_LEN], const char *key, size_t klen,
-                             const char *message_id, const crier_plan_recipient *pr);
+static void fanout_add_rows(crier_fanout *f);
+static void fanout_rows_extend(crier_fanout *f);
 static void fanout_send_write(crier_fanout *f);
-static bool fanout_may_copy(const crier_fanout *f);
+static bool fanout_may_copy(crier_fanout *f);
 static void fanout_send_ids(crier_fanout *f);
 
 /* Planning a batch: the rules run for each claimed event, in slices of at
@@ -663,6 +625,10 @@ static void fanout_plan_begin(crier_fanout *f)
 
     f->released = false;
     f->batch_timed = 0;
+    f->write_checked = fanout_needs_checked_write(f);
+    crier_fanout_rows_reset(&f->rows);
+    f->rows_done = 0;
+    f->rows_dropped = false;
     f->plan_next = 0;
     f->planned = 0;
     f->plan_started = crier_clock_s();
@@ -696,6 +662,7 @@ static void fanout_plan_slice(crier_fanout *f)
         double now = crier_clock_s();
         if (in_slice > 0 && now > slice_end) {
             f->plan_next = i; /* this event opens the next slice */
+            fanout_rows_extend(f);
             ev_timer_set(&f->plan_more, 0., 0.);
             ev_timer_start(f->loop, &f->plan_more);
             return;
@@ -764,19 +731,46 @@ static void fanout_plan_finish(crier_fanout *f)
         fanout_send_ids(f);
         return;
     }
-    fanout_add_rows(f, NULL);
+    fanout_add_rows(f);
     fanout_send_write(f);
 }
 
-/* Whether the batch's rows may go in by COPY (see SQL_IDS). */
-static bool fanout_may_copy(const crier_fanout *f)
+/* Whether the batch's rows may go in by COPY (see SQL_IDS); if so, they are
+ * built (fanout_rows_extend). */
+static bool fanout_may_copy(crier_fanout *f)
 {
-    if (f->write_checked || f->opts.copy_min <= 0 || f->plan.n_recipients < (size_t)f->opts.copy_min)
-        return false;
-    for (size_t d = 0; d < f->plan.n_deliveries; d++)
-        if (f->plan.deliveries[d].timing || !strcmp(f->plan.deliveries[d].channel, "feed"))
-            return false;
-    return true;
+    fanout_rows_extend(f);
+    return !f->write_checked && !f->rows_dropped && f->opts.copy_min > 0 &&
+           f->plan.n_recipients >= (size_t)f->opts.copy_min && f->rows_done == f->plan.n_recipients;
+}
+
+/* The COPY rows of the recipients planned since the last call, once the
+ * batch may go by COPY: at least copy_min notifications planned so far, not
+ * checked, none on the feed channel and none with a timing (a batch that has
+ * one takes SQL_WRITE: its rows are dropped). Called after each slice of the
+ * plan, so that the rows are ready when the ids come (fanout_rows.h). */
+static void fanout_rows_extend(crier_fanout *f)
+{
+    if (f->rows_dropped || f->write_checked || f->opts.copy_min <= 0 ||
+        f->plan.n_recipients < (size_t)f->opts.copy_min)
+        return;
+    for (; f->rows_done < f->plan.n_recipients; f->rows_done++) {
+        const crier_plan_recipient *pr = &f->plan.recipients[f->rows_done];
+        for (size_t d = pr->first_delivery; d < pr->first_delivery + pr->n_deliveries; d++)
+            if (f->plan.deliveries[d].timing || !strcmp(f->plan.deliveries[d].channel, "feed")) {
+                f->rows_dropped = true;
+                return;
+            }
+        const fanout_event *e = &f->events[pr->slot];
+        crier_key_parts kp = {
+            .tenant = crier_strbuf_at(&f->strings, e->tenant),
+            .event_type = crier_strbuf_at(&f->strings, e->event_type),
+            .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
+            .recipient_id = pr->recipient,
+            .discriminator = pr->discriminator,
+        };
+        (void)crier_fanout_rows_add(&f->rows, &kp, e->id, crier_rules_version(f->rules), &f->plan, pr);
+    }
 }
 
 /* SQL_IDS: an id for each planned notification, and whether a recipient
@@ -813,6 +807,12 @@ static void fanout_send_copy(crier_fanout *f, fanout_state next, const char *sql
 
 /* SQL_IDS answered: the rows go in by COPY, or (a recipient has preferences)
  * through SQL_WRITE. */
+/* The k-th id SQL_IDS drew (ud: its result). */
+static int64_t fanout_drawn_id(void *ud, size_t k)
+{
+    return strtoll(PQgetvalue((const PGresult *)ud, (int)k, 0), NULL, 10);
+}
+
 static void fanout_on_ids(crier_fanout *f, PGresult *res)
 {
     if ((size_t)PQntuples(res) < f->plan.n_recipients) {
@@ -820,27 +820,24 @@ static void fanout_on_ids(crier_fanout *f, PGresult *res)
         return;
     }
     if (PQgetvalue(res, 0, 1)[0] == 't') {
-        fanout_add_rows(f, NULL);
+        fanout_add_rows(f);
         fanout_send_write(f);
         return;
     }
     f->copy_rows = true;
-    fanout_add_rows(f, res);
-    fanout_send_copy(f, FANOUT_COPY_NOTIFICATIONS, SQL_COPY_NOTIFICATIONS, &f->copy_notifications);
+    crier_fanout_rows_set_ids(&f->rows, fanout_drawn_id, res);
+    fanout_send_copy(f, FANOUT_COPY_NOTIFICATIONS, SQL_COPY_NOTIFICATIONS, &f->rows.notifications);
 }
 
-/* The batch's notifications and their deliveries: into the write's arrays
- * (ids NULL), or into COPY rows with the ids SQL_IDS drew. A key planned
- * twice in one batch is kept once. */
-static void fanout_add_rows(crier_fanout *f, const PGresult *ids)
+/* The batch's notifications and their deliveries into the write's arrays
+ * (the COPY path's rows: fanout_rows_extend). A key planned twice in one
+ * batch is kept once. */
+static void fanout_add_rows(crier_fanout *f)
 {
     crier_pg_array *c = f->cols;
     char key[2048];
-    size_t kept = 0;
 
-    crier_pg_copy_reset(&f->copy_notifications);
-    crier_pg_copy_reset(&f->copy_deliveries);
-    key_set_reset(&f->seen, f->plan.n_recipients);
+    crier_key_set_reset(&f->seen, f->plan.n_recipients);
 
     for (size_t r = 0; r < f->plan.n_recipients; r++) {
         const crier_plan_recipient *pr = &f->plan.recipients[r];
@@ -855,17 +852,12 @@ static void fanout_add_rows(crier_fanout *f, const PGresult *ids)
         uint8_t h[CRIER_KEY_HASH_LEN];
         char message_id[CRIER_KEY_ID_LEN + 1];
         crier_key_hash(&kp, h);
-        if (!key_set_insert(&f->seen, h))
+        if (!crier_key_set_insert(&f->seen, h))
             continue; /* the same notification twice in one batch: keep the first */
         size_t klen = crier_key_readable(&kp, key, sizeof key);
         crier_key_hash_id(h, message_id);
         if (klen >= sizeof key)
             klen = sizeof key - 1;
-        if (ids) {
-            int64_t id = strtoll(PQgetvalue(ids, (int)kept++, 0), NULL, 10);
-            fanout_copy_rows(f, id, &kp, h, key, klen, message_id, pr);
-            continue;
-        }
         crier_pg_array_add_uuid(&c[WRITE_KEY_HASH], h);
         crier_pg_array_add_text(&c[WRITE_KEY], key, klen);
         crier_pg_array_add_int64(&c[WRITE_EVENT_ID], e->id);
@@ -897,40 +889,6 @@ static void fanout_add_rows(crier_fanout *f, const PGresult *ids)
     }
 }
 
-/* One notification (id drawn by SQL_IDS) and its deliveries as COPY rows. */
-static void fanout_copy_rows(crier_fanout *f, int64_t id, const crier_key_parts *kp,
-                             const uint8_t h[CRIER_KEY_HASH_LEN], const char *key, size_t klen,
-                             const char *message_id, const crier_plan_recipient *pr)
-{
-    crier_pg_copy *n = &f->copy_notifications, *d = &f->copy_deliveries;
-    crier_pg_copy_int64(n, id);
-    crier_pg_copy_uuid(n, h);
-    crier_pg_copy_text(n, key, klen);
-    crier_pg_copy_int64(n, f->events[pr->slot].id);
-    crier_pg_copy_str(n, kp->tenant);
-    crier_pg_copy_str(n, kp->event_type);
-    crier_pg_copy_str(n, kp->entity_id);
-    crier_pg_copy_str(n, kp->recipient_id);
-    crier_pg_copy_str(n, kp->discriminator);
-    crier_pg_copy_str(n, crier_rules_version(f->rules));
-    crier_pg_copy_end_row(n);
-    for (size_t i = pr->first_delivery; i < pr->first_delivery + pr->n_deliveries; i++) {
-        const crier_plan_delivery *pd = &f->plan.deliveries[i];
-        crier_pg_copy_int64(d, id);
-        crier_pg_copy_str(d, kp->tenant);
-        crier_pg_copy_str(d, pd->channel);
-        crier_pg_copy_text(d, message_id, CRIER_KEY_ID_LEN);
-        crier_pg_copy_str(d, pd->target);
-        crier_pg_copy_text(d, pd->body, pd->body_len);
-        crier_pg_copy_str(d, pd->secret);
-        crier_pg_copy_str(d, pd->subject);
-        crier_pg_copy_str(d, pd->html);
-        crier_pg_copy_str(d, pd->sender);
-        crier_pg_copy_str(d, pd->retry);
-        crier_pg_copy_end_row(d);
-    }
-}
-
 /* The write statement, with the batch's arrays (SQL_WRITE_CHECKED or
  * SQL_WRITE_NEW; after the COPY path, SQL_WRITE_NEW without notifications). */
 static void fanout_send_write(crier_fanout *f)
@@ -946,7 +904,7 @@ static void fanout_send_write(crier_fanout *f)
     }
 
     snprintf(f->max_attempts_text, sizeof f->max_attempts_text, "%d", f->opts.max_attempts);
-    snprintf(f->copied_text, sizeof f->copied_text, "%zu", f->copy_rows ? f->copy_notifications.rows : 0);
+    snprintf(f->copied_text, sizeof f->copied_text, "%zu", f->copy_rows ? f->rows.notifications.rows : 0);
     crier_pg_params_reset(&f->params);
     for (int i = 0; i < N_WRITE_PARAMS; i++) {
         if (i == WRITE_RULES_VERSION)
@@ -1010,10 +968,10 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
     uint64_t planned = f->cols[WRITE_KEY_HASH].count;
 
     if (f->copy_rows) { /* the rows went in by COPY before this statement */
-        f->stats.notifications_copied += f->copy_notifications.rows;
-        created += f->copy_notifications.rows;
-        planned += f->copy_notifications.rows;
-        deliveries += f->copy_deliveries.rows;
+        f->stats.notifications_copied += f->rows.notifications.rows;
+        created += f->rows.notifications.rows;
+        planned += f->rows.notifications.rows;
+        deliveries += f->rows.deliveries.rows;
     }
 
     f->stats.batches++;
@@ -1094,8 +1052,8 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
         fanout_on_ids(f, res);
         break;
     case FANOUT_COPY_NOTIFICATIONS:
-        if (f->copy_deliveries.rows > 0) {
-            fanout_send_copy(f, FANOUT_COPY_DELIVERIES, SQL_COPY_DELIVERIES, &f->copy_deliveries);
+        if (f->rows.deliveries.rows > 0) {
+            fanout_send_copy(f, FANOUT_COPY_DELIVERIES, SQL_COPY_DELIVERIES, &f->rows.deliveries);
             break;
         }
         fanout_send_write(f);
@@ -1267,11 +1225,9 @@ void crier_fanout_free(crier_fanout *f)
     for (size_t i = 0; i < N_WRITE_PARAMS; i++)
         crier_pg_array_free(&f->cols[i]);
     crier_strbuf_free(&f->strings);
-    crier_pg_copy_free(&f->copy_notifications);
-    crier_pg_copy_free(&f->copy_deliveries);
+    crier_fanout_rows_free(&f->rows);
     crier_plan_free(&f->plan);
-    free(f->seen.slots);
-    free(f->seen.used);
+    crier_key_set_free(&f->seen);
     free(f->events);
     free(f);
 }

@@ -63,6 +63,22 @@ void crier_pg_copy_int64(crier_pg_copy *c, int64_t v)
     c->len += crier_decimal_int64(p, v);
 }
 
+size_t crier_pg_copy_int64_slot(crier_pg_copy *c)
+{
+    char *p = copy_field_start(c, CRIER_PG_COPY_SLOT);
+    size_t off = c->len;
+    memset(p, '0', CRIER_PG_COPY_SLOT);
+    c->len += CRIER_PG_COPY_SLOT;
+    return off;
+}
+
+void crier_pg_copy_set_int64(crier_pg_copy *c, size_t off, int64_t v)
+{
+    uint64_t m = v < 0 ? 0 : (uint64_t)v;
+    for (int i = CRIER_PG_COPY_SLOT - 1; i >= 0; i--, m /= 10)
+        c->data[off + (size_t)i] = (char)('0' + m % 10);
+}
+
 void crier_pg_copy_uuid(crier_pg_copy *c, const uint8_t bytes[16])
 {
     static const char hex[] = "0123456789abcdef";

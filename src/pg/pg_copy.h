@@ -26,6 +26,13 @@ void crier_pg_copy_text(crier_pg_copy *c, const char *s, size_t n);
 /* The same for a NUL-terminated string (NULL: a NULL field). */
 void crier_pg_copy_str(crier_pg_copy *c, const char *s);
 void crier_pg_copy_int64(crier_pg_copy *c, int64_t v);
+/* An integer field written in later: CRIER_PG_COPY_SLOT digits of zeros
+ * now (PostgreSQL reads leading zeros as nothing); returns its offset for
+ * crier_pg_copy_set_int64. */
+#define CRIER_PG_COPY_SLOT 19 /* the digits of INT64_MAX */
+size_t crier_pg_copy_int64_slot(crier_pg_copy *c);
+/* Writes v (0 <= v) into the slot at off, zero-padded to its width. */
+void crier_pg_copy_set_int64(crier_pg_copy *c, size_t off, int64_t v);
 /* A uuid field from its 16 bytes. */
 void crier_pg_copy_uuid(crier_pg_copy *c, const uint8_t bytes[16]);
 /* Ends the row under way. */

@@ -4,10 +4,12 @@
 # COPY (--copy-min 1) and once never by COPY give the same notifications and
 # deliveries, column for column — bodies with tabs, newlines, backslashes and
 # non-ASCII text, NULL fields, discriminators, retry schedules, email and
-# webhook channels. Then, on the COPY path: a batch that meets an existing key
+# webhook channels, an entity emitted twice in one batch (its notifications
+# kept once, the first). Then, on the COPY path: a batch that meets an existing key
 # runs again checked (no duplicate, nothing lost); a recipient with a stored
 # preference sends the batch through the write statement, which suppresses
-# that delivery; the notifications-created counter counts COPY's rows.
+# that delivery; the notifications-created counter counts COPY's rows; a
+# batch with a delivery on the feed channel goes through the write statement.
 . "$(dirname "$0")/../support/lib.sh"
 
 RULES="$WORK/rules"
@@ -41,6 +43,8 @@ crier.rule "memo" {
         text = "Hello {{ recipient.name }},\n\t{{ payload.text }}\\end\r\n",
     },
 }
+crier.event_type "board" { payload = { text = "string" } }
+crier.rule "board" { recipients = { "u1" }, channels = { "feed" }, feed = { title = "{{ payload.text }}" } }
 LUA
 
 # emit_memos FIRST LAST: one memo per n, its text full of characters COPY escapes.
@@ -68,14 +72,23 @@ rows() {
          ORDER BY n.key, d.channel"
 }
 
+# emit_twice: m_7 again under another dedupe key, in the same batch as the
+# first: the same keys, so its notifications are the first one's.
+emit_twice() {
+    sql "SELECT crier.emit('acme', 'memo', 'm_7', '{\"n\": 7, \"text\": \"twice\"}', 'm_7-again')" >/dev/null
+}
+
 new_db
 emit_memos 1 200
+emit_twice
 fan_out 1
 grep -E "ERROR|WARN" "$WORK/serve.log" && fail "the serve logged errors (above)"
 grep -q "600 notifications new (600 by COPY)" "$WORK/serve.log" ||
     fail "--copy-min 1 did not write every batch by COPY: $(grep stopped "$WORK/serve.log")"
 rows >"$WORK/by_copy.txt"
 assert_eq 600 "$(sql "SELECT count(*) FROM crier.notifications")" "notifications by COPY"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.deliveries WHERE body LIKE '%twice%'")" \
+    "deliveries of the second m_7 (its keys were the first one's, which are kept)"
 assert_eq 1200 "$(sql "SELECT count(*) FROM crier.deliveries")" "deliveries by COPY"
 assert_eq 600 "$(sql "SELECT sum(value)::int FROM crier.metric_counters WHERE metric = 'crier_notifications_created_total'")" \
     "crier_notifications_created_total after COPY batches"
@@ -87,6 +100,7 @@ assert_eq "t" "$(sql 'SELECT bool_and(body LIKE E'"'%Nä\tme %,\n\ttab%\\\\end\r
 
 new_db
 emit_memos 1 200
+emit_twice
 fan_out 100000000
 grep -q "600 notifications new (0 by COPY)" "$WORK/serve.log" ||
     fail "--copy-min 100000000 wrote by COPY: $(grep stopped "$WORK/serve.log")"
@@ -121,4 +135,17 @@ assert_eq "200" "$(sql "SELECT count(*) FROM crier.deliveries d JOIN crier.notif
 assert_eq "200" "$(sql "SELECT count(*) FROM crier.deliveries WHERE state = 'suppressed'")" "suppressed deliveries in all"
 assert_eq "1800|3600" "$(sql "SELECT (SELECT count(*) FROM crier.notifications) || '|' || (SELECT count(*) FROM crier.deliveries)")" \
     "rows after the batch with a preference"
+
+# A feed item in a batch: the batch goes through the write statement, which
+# makes feed items (COPY writes deliveries only).
+sql "DELETE FROM crier.preferences" >/dev/null
+emit_memos 601 650
+sql "SELECT crier.emit('acme', 'board', 'b_1', '{\"text\": \"pinned\"}')" >/dev/null
+: >"$WORK/serve.log"
+fan_out 1
+grep -q "151 notifications new (0 by COPY)" "$WORK/serve.log" ||
+    fail "a batch with a feed item: $(grep stopped "$WORK/serve.log")"
+assert_eq "1951|3900|1" "$(sql "SELECT (SELECT count(*) FROM crier.notifications) || '|' || (SELECT count(*) FROM crier.deliveries)
+                                || '|' || (SELECT count(*) FROM crier.feed_items)")" \
+    "rows after the batch with a feed item"
 echo "ok"

@@ -73,6 +73,17 @@ int main(void)
     crier_pg_copy_str(&c, big);
     CHECK_STR(text_of(&c), want);
 
+    /* an integer written in later: zeros now, the value (zero-padded) then */
+    crier_pg_copy_reset(&c);
+    crier_pg_copy_str(&c, "x");
+    size_t a = crier_pg_copy_int64_slot(&c);
+    size_t b = crier_pg_copy_int64_slot(&c);
+    crier_pg_copy_end_row(&c);
+    CHECK_STR(text_of(&c), "x\t0000000000000000000\t0000000000000000000\n");
+    crier_pg_copy_set_int64(&c, a, 123);
+    crier_pg_copy_set_int64(&c, b, INT64_MAX);
+    CHECK_STR(text_of(&c), "x\t0000000000000000123\t9223372036854775807\n");
+
     crier_pg_copy_free(&c);
     CHECK(c.data == NULL);
     return CHECK_DONE();
