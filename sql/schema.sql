@@ -597,6 +597,32 @@ CREATE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit integer
     AS $$ … $$; -- the body: sql/functions/retain.sql
 
 --
+-- Name: retain_id_limit(text, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.retain_id_limit(p_kind text, p_cutoff timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql STABLE
+    AS $$ … $$; -- the body: sql/functions/retain_id_limit.sql
+
+--
+-- Name: retain_range(text, timestamp with time zone, integer, bigint, bigint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.retain_range(p_kind text, p_cutoff timestamp with time zone, p_limit integer, p_after bigint, p_until bigint, OUT deleted integer, OUT last_id bigint) RETURNS record
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
+    AS $$ … $$; -- the body: sql/functions/retain_range.sql
+
+--
+-- Name: retain_sweep(text, interval, integer, bigint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.retain_sweep(p_kind text, p_older_than interval, p_limit integer, p_after bigint, OUT deleted integer, OUT next_after bigint) RETURNS record
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/retain_sweep.sql
+
+--
 -- Name: schedules_next(jsonb); Type: FUNCTION; Schema: crier; Owner: -
 --
 

@@ -18,75 +18,42 @@
 -- 461 ms per 1,000 deliveries within minutes at 5,000 deliveries/s). last_id is the highest
 -- id the batch looked at (NULL for throttle_hits, which have no id order, and when nothing
 -- was found); rows it skipped (in use, or not finished yet) wait for the next pass.
--- crier.retain(kind, older_than, limit) is one batch from the start: it returns the count.
+-- crier.retain(kind, older_than, limit) is one batch from the start (p_after NULL): it walks
+-- the whole table (no limit, below) and returns the count.
+--
+-- The worker's walk of events, deliveries and timers ends at crier.retain_id_limit, the first id created
+-- at or after the cutoff: a row finishes after it is created, so the rows past it cannot be
+-- past their period. Without that end each batch read on through every row still within its
+-- period looking for more: a sequential scan of the whole table, every batch of every pass
+-- (265 ms per call over 1,000,000 events finished a day ago, kept 7 days; 14 ms with it). A
+-- row whose finish time is earlier than its creation says (written by hand, a clock set back)
+-- is found by crier.retain_sweep, which the worker runs once per kind and pass. The delete
+-- itself is crier.retain_range.
 CREATE OR REPLACE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit int, p_after bigint,
                                         OUT deleted int, OUT last_id bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_cutoff timestamptz := now() - p_older_than;
-    v_after bigint := coalesce(p_after, 0);
+    v_until bigint;
 BEGIN
     IF p_older_than IS NULL OR p_older_than < interval '0' OR p_limit IS NULL OR p_limit < 1 THEN
         RAISE EXCEPTION 'crier.retain: the period must be >= 0 and the batch >= 1' USING ERRCODE = '22023';
     END IF;
-    CASE p_kind
-    WHEN 'events' THEN
-        -- (crier.check_event_children lets this transaction retire referenced events)
-        PERFORM set_config('crier.retention', 'on', true);
-        WITH old AS (
-            SELECT e.id FROM crier.events e
-            WHERE e.state IN ('done', 'dead') AND e.processed_at < v_cutoff
-              AND NOT EXISTS (SELECT 1 FROM crier.audience_items a WHERE a.event_id = e.id)
-              AND e.id > v_after
-            ORDER BY e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM crier.events e USING old WHERE e.id = old.id RETURNING 1
-        ) SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM old) INTO deleted, last_id;
-    WHEN 'deliveries' THEN
-        WITH old AS (
-            SELECT d.id FROM crier.deliveries d
-            WHERE d.state IN ('delivered', 'dead', 'suppressed', 'digested')
-              AND coalesce(d.delivered_at, d.dead_at, d.created_at) < v_cutoff
-              AND d.id > v_after
-            ORDER BY d.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), attempts AS (
-            DELETE FROM crier.delivery_attempts a USING old WHERE a.delivery_id = old.id
-        ), gone AS (
-            DELETE FROM crier.deliveries d USING old WHERE d.id = old.id RETURNING 1
-        ) SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM old) INTO deleted, last_id;
-    WHEN 'timers' THEN
-        WITH old AS (
-            SELECT t.id FROM crier.timers t
-            WHERE t.state IN ('fired', 'dead') AND coalesce(t.fired_at, t.due_at) < v_cutoff
-              AND t.id > v_after
-            ORDER BY t.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM crier.timers t USING old WHERE t.id = old.id RETURNING 1
-        ) SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM old) INTO deleted, last_id;
-    WHEN 'digests' THEN
-        WITH old AS (
-            SELECT g.id FROM crier.digests g
-            WHERE g.state = 'sent' AND g.sent_at < v_cutoff
-              AND NOT EXISTS (SELECT 1 FROM crier.deliveries d WHERE d.digest_id = g.id)
-              AND g.id > v_after
-            ORDER BY g.id LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM crier.digests g USING old WHERE g.id = old.id RETURNING 1
-        ) SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM old) INTO deleted, last_id;
-    WHEN 'throttle_hits' THEN
-        WITH old AS (
-            SELECT h.ctid FROM crier.throttle_hits h WHERE h.at < v_cutoff
-            LIMIT p_limit FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM crier.throttle_hits h USING old WHERE h.ctid = old.ctid RETURNING 1
-        ) SELECT count(*), NULL FROM gone INTO deleted, last_id;
-    ELSE
+    IF p_kind IN ('events', 'deliveries', 'timers') AND p_after IS NOT NULL THEN
+        v_until := crier.retain_id_limit(p_kind, v_cutoff);
+        IF v_until IS NULL OR v_until <= coalesce(p_after, 0) + 1 THEN
+            deleted := 0; -- nothing created before the cutoff is left after the cursor
+            RETURN;
+        END IF;
+    ELSIF p_kind NOT IN ('events', 'deliveries', 'timers', 'digests', 'throttle_hits') THEN
         RAISE EXCEPTION 'crier.retain: unknown kind %', quote_literal(p_kind) USING ERRCODE = '22023';
-    END CASE;
+    END IF;
+    SELECT r.deleted, r.last_id INTO deleted, last_id
+    FROM crier.retain_range(p_kind, v_cutoff, p_limit, coalesce(p_after, 0), v_until) r;
 END;
 $$;
 
 CREATE OR REPLACE FUNCTION crier.retain(p_kind text, p_older_than interval, p_limit int) RETURNS int
 LANGUAGE sql AS $$
-    SELECT deleted FROM crier.retain(p_kind, p_older_than, p_limit, 0);
+    SELECT deleted FROM crier.retain(p_kind, p_older_than, p_limit, NULL);
 $$;

@@ -20,6 +20,11 @@
 static const char SQL_RETAIN[] =
     "SELECT deleted, last_id FROM crier.retain($1, make_interval(secs => $2::float8), $3::int, $4::bigint)";
 
+/* After a kind's walk: one window of the rows it does not walk to (see
+ * sql/functions/retain_sweep.sql), from where the last pass's sweep stopped. */
+static const char SQL_SWEEP[] =
+    "SELECT deleted, next_after FROM crier.retain_sweep($1, make_interval(secs => $2::float8), $3::int, $4::bigint)";
+
 static const char *const kind_names[CRIER_RETAIN_KINDS] = {
     [CRIER_RETAIN_EVENTS] = "events",   [CRIER_RETAIN_DELIVERIES] = "deliveries",
     [CRIER_RETAIN_TIMERS] = "timers",   [CRIER_RETAIN_DIGESTS] = "digests",
@@ -37,6 +42,8 @@ struct crier_retention {
     int kind;      /* the kind being deleted */
     int batches;   /* full batches of that kind in this pass */
     long long after; /* the cursor: the highest id the last batch of that kind looked at */
+    bool sweeping;   /* the batch in flight is the kind's sweep */
+    long long sweep_after[CRIER_RETAIN_KINDS]; /* where each kind's sweep goes on (0: from the start) */
     uint64_t pass_deleted[CRIER_RETAIN_KINDS];
     crier_pg_params params;
     char period_text[32], batch_text[16], after_text[24];
@@ -49,6 +56,13 @@ const char *crier_retention_kind_name(crier_retain_kind kind)
 }
 
 static void retention_step(crier_retention *r);
+
+/* The kinds whose walk ends where rows were created after the cutoff
+ * (crier.retain_id_limit), and which a sweep completes. */
+static bool retention_sweeps(int kind)
+{
+    return kind == CRIER_RETAIN_EVENTS || kind == CRIER_RETAIN_DELIVERIES || kind == CRIER_RETAIN_TIMERS;
+}
 
 static void retention_end_pass(crier_retention *r)
 {
@@ -81,15 +95,23 @@ static void retention_on_result(void *ud, PGresult *res, const char *err)
                    kind_names[r->kind], res ? PQresultErrorMessage(res) : err);
     } else {
         n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-        if (!PQgetisnull(res, 0, 1))
+        if (r->sweeping)
+            r->sweep_after[r->kind] = PQgetisnull(res, 0, 1) ? 0 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        else if (!PQgetisnull(res, 0, 1))
             r->after = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
         r->pass_deleted[r->kind] += (uint64_t)n;
         r->stats.deleted[r->kind] += (uint64_t)n;
     }
-    if (n >= r->opts.batch && ++r->batches < RETENTION_MAX_BATCHES && !r->stopping) {
+    if (!r->sweeping && n >= r->opts.batch && ++r->batches < RETENTION_MAX_BATCHES && !r->stopping) {
         retention_step(r); /* a full batch: there may be more of this kind */
         return;
     }
+    if (!r->sweeping && retention_sweeps(r->kind) && !r->stopping) {
+        r->sweeping = true; /* the walk of this kind is over: its sweep */
+        retention_step(r);
+        return;
+    }
+    r->sweeping = false;
     r->kind++;
     r->batches = 0;
     r->after = 0;
@@ -111,13 +133,13 @@ static void retention_step(crier_retention *r)
     crier_pg_params_text(&r->params, kind_names[r->kind]);
     crier_pg_params_text(&r->params, r->period_text);
     crier_pg_params_text(&r->params, r->batch_text);
-    snprintf(r->after_text, sizeof r->after_text, "%lld", r->after);
+    snprintf(r->after_text, sizeof r->after_text, "%lld", r->sweeping ? r->sweep_after[r->kind] : r->after);
     crier_pg_params_text(&r->params, r->after_text);
     if (!crier_pg_ok(r->pg) && crier_pg_reconnect(r->pg) < 0) {
         retention_end_pass(r);
         return;
     }
-    if (crier_pg_query(r->pg, SQL_RETAIN, &r->params, retention_on_result, r) < 0) {
+    if (crier_pg_query(r->pg, r->sweeping ? SQL_SWEEP : SQL_RETAIN, &r->params, retention_on_result, r) < 0) {
         retention_end_pass(r);
         return;
     }
@@ -162,6 +184,7 @@ void crier_retention_kick(crier_retention *r)
     r->kind = 0;
     r->batches = 0;
     r->after = 0;
+    r->sweeping = false;
     for (int k = 0; k < CRIER_RETAIN_KINDS; k++)
         r->pass_deleted[k] = 0;
     retention_step(r);
