@@ -744,6 +744,19 @@ static bool fanout_may_copy(crier_fanout *f)
            f->plan.n_recipients >= (size_t)f->opts.copy_min && f->rows_done == f->plan.n_recipients;
 }
 
+/* The parts of a planned recipient's notification key (keys.h). */
+static crier_key_parts fanout_key_parts(const crier_fanout *f, const crier_plan_recipient *pr)
+{
+    const fanout_event *e = &f->events[pr->slot];
+    return (crier_key_parts){
+        .tenant = crier_strbuf_at(&f->strings, e->tenant),
+        .event_type = crier_strbuf_at(&f->strings, e->event_type),
+        .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
+        .recipient_id = pr->recipient,
+        .discriminator = pr->discriminator,
+    };
+}
+
 /* The COPY rows of the recipients planned since the last call, once the
  * batch may go by COPY: at least copy_min notifications planned so far, not
  * checked, none on the feed channel and none with a timing (a batch that has
@@ -761,15 +774,9 @@ static void fanout_rows_extend(crier_fanout *f)
                 f->rows_dropped = true;
                 return;
             }
-        const fanout_event *e = &f->events[pr->slot];
-        crier_key_parts kp = {
-            .tenant = crier_strbuf_at(&f->strings, e->tenant),
-            .event_type = crier_strbuf_at(&f->strings, e->event_type),
-            .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
-            .recipient_id = pr->recipient,
-            .discriminator = pr->discriminator,
-        };
-        (void)crier_fanout_rows_add(&f->rows, &kp, e->id, crier_rules_version(f->rules), &f->plan, pr);
+        crier_key_parts kp = fanout_key_parts(f, pr);
+        (void)crier_fanout_rows_add(&f->rows, &kp, f->events[pr->slot].id, crier_rules_version(f->rules),
+                                    &f->plan, pr);
     }
 }
 
@@ -842,13 +849,7 @@ static void fanout_add_rows(crier_fanout *f)
     for (size_t r = 0; r < f->plan.n_recipients; r++) {
         const crier_plan_recipient *pr = &f->plan.recipients[r];
         fanout_event *e = &f->events[pr->slot];
-        crier_key_parts kp = {
-            .tenant = crier_strbuf_at(&f->strings, e->tenant),
-            .event_type = crier_strbuf_at(&f->strings, e->event_type),
-            .entity_id = crier_strbuf_at(&f->strings, e->entity_id),
-            .recipient_id = pr->recipient,
-            .discriminator = pr->discriminator,
-        };
+        crier_key_parts kp = fanout_key_parts(f, pr);
         uint8_t h[CRIER_KEY_HASH_LEN];
         char message_id[CRIER_KEY_ID_LEN + 1];
         crier_key_hash(&kp, h);

@@ -18,14 +18,19 @@ static void key_set_alloc(crier_key_set *s, size_t cap)
     s->count = 0;
 }
 
-/* Puts h in its slot (the set has room, and does not hold h). */
-static void key_set_place(crier_key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
+/* The slot that holds h, or the empty one where it goes (the set has room). */
+static size_t key_set_probe(const crier_key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
 {
     uint64_t v;
     memcpy(&v, h, sizeof v);
     size_t i = v & (s->cap - 1);
-    while (s->used[i])
+    while (s->used[i] && memcmp(s->slots[i], h, CRIER_KEY_HASH_LEN) != 0)
         i = (i + 1) & (s->cap - 1);
+    return i;
+}
+
+static void key_set_put(crier_key_set *s, size_t i, const uint8_t h[CRIER_KEY_HASH_LEN])
+{
     s->used[i] = true;
     memcpy(s->slots[i], h, CRIER_KEY_HASH_LEN);
     s->count++;
@@ -46,7 +51,6 @@ void crier_key_set_reset(crier_key_set *s, size_t n)
 
 bool crier_key_set_insert(crier_key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
 {
-    uint64_t v;
     if (2 * (s->count + 1) > s->cap) { /* a load factor of at most 1/2: twice the room */
         crier_key_set old = *s;
         s->slots = NULL;
@@ -54,21 +58,15 @@ bool crier_key_set_insert(crier_key_set *s, const uint8_t h[CRIER_KEY_HASH_LEN])
         key_set_alloc(s, old.cap ? 2 * old.cap : 16);
         for (size_t i = 0; i < old.cap; i++)
             if (old.used[i])
-                key_set_place(s, old.slots[i]);
+                key_set_put(s, key_set_probe(s, old.slots[i]), old.slots[i]);
         free(old.slots);
         free(old.used);
     }
-    memcpy(&v, h, sizeof v);
-    for (size_t i = v & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->used[i]) {
-            s->used[i] = true;
-            memcpy(s->slots[i], h, CRIER_KEY_HASH_LEN);
-            s->count++;
-            return true;
-        }
-        if (!memcmp(s->slots[i], h, CRIER_KEY_HASH_LEN))
-            return false;
-    }
+    size_t i = key_set_probe(s, h);
+    if (s->used[i])
+        return false;
+    key_set_put(s, i, h);
+    return true;
 }
 
 void crier_key_set_free(crier_key_set *s)
