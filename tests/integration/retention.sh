@@ -52,9 +52,10 @@ sql "INSERT INTO crier.digests (tenant, recipient_id, channel, digest_key, event
      SELECT 'acme', 'p' || i, 'email', 'k', 'comment.created', now() - interval '3 hours',
             now() - interval '2 hours', 'sent',
             CASE WHEN i <= 10 THEN now() - interval '2 hours' ELSE now() END
-     FROM generate_series(1, 15) i" >/dev/null  # 10 old (one keeps an item below), 5 young
-# an old sent digest whose digested item is still there (young): the digest stays
-sql "UPDATE crier.deliveries SET state = 'digested',
+     FROM generate_series(1, 15) i;
+     -- in the same transaction (a retention pass in between would delete every old digest):
+     -- an old sent digest whose digested item is still there (young): the digest stays
+     UPDATE crier.deliveries SET state = 'digested',
             digest_id = (SELECT min(id) FROM crier.digests WHERE sent_at < now() - interval '1 hour')
      WHERE id = (SELECT min(d.id) FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
                  WHERE n.entity_id = 'young_1')" >/dev/null
