@@ -17,7 +17,8 @@
  *   4. the rows are read back (outside the timing) and, after a checkpoint,
  *      COPYed in one transaction into tables made LIKE crier.notifications and
  *      crier.deliveries INCLUDING ALL (same columns, defaults, indexes, checks;
- *      no foreign keys): copy_rows_per_s;
+ *      no foreign keys), with the same storage parameters and triggers:
+ *      copy_rows_per_s;
  *   5. pg_stat_statements gives each statement's share of the server's time.
  * By default the bench runs its own private cluster (default durability) in
  * its work directory, started with shared_preload_libraries =
@@ -52,7 +53,8 @@ static const char bench_pipeline_help[] =
     "--exit-when-idle --no-deliver` processes fan them out (rules, claim, locks,\n"
     "keys, notification and delivery rows, events done; deliveries parked, not\n"
     "sent), for each W in LIST; then COPYs exactly the rows they produced into\n"
-    "identical tables (LIKE … INCLUDING ALL: no foreign keys) in one transaction.\n"
+    "identical tables (LIKE … INCLUDING ALL, the same storage parameters and\n"
+    "triggers; no foreign keys) in one transaction.\n"
     "Prints crier_rows_per_s (notification + delivery rows per second of fan-out),\n"
     "copy_rows_per_s, their ratio, crier_cpu_us_per_row (the serves' own CPU\n"
     "time per row) and each statement's share of the server's time\n"
@@ -146,6 +148,24 @@ static int bench_write_rules(bench_ctx *b, unsigned port)
     snprintf(path, sizeof path, "%s/bench.lua", b->rules_dir);
     return crier_bench_write_file(path, text);
 }
+
+/* What LIKE … INCLUDING ALL leaves out, so that the baseline's tables are the
+ * ones crier writes: their storage parameters (crier.deliveries has
+ * fillfactor 70, which COPY pays in pages) and their triggers (COPY evaluates
+ * the WHEN clause of each AFTER ROW INSERT trigger for every row; for these
+ * rows it is false, so no trigger function runs). */
+static const char SQL_SAME_STORAGE_AND_TRIGGERS[] =
+    "DO $$ DECLARE r record; BEGIN"
+    " FOR r IN SELECT c.relname, o.opt FROM pg_class c, unnest(c.reloptions) AS o(opt)"
+    "   WHERE c.oid IN ('crier.notifications'::regclass, 'crier.deliveries'::regclass) LOOP"
+    "   EXECUTE format('ALTER TABLE crier_bench_pipeline.%I SET (%s)', r.relname, r.opt);"
+    " END LOOP;"
+    " FOR r IN SELECT c.relname, pg_get_triggerdef(t.oid) AS def FROM pg_trigger t"
+    "   JOIN pg_class c ON c.oid = t.tgrelid"
+    "   WHERE c.oid IN ('crier.notifications'::regclass, 'crier.deliveries'::regclass) AND NOT t.tgisinternal LOOP"
+    "   EXECUTE replace(r.def, ' ON crier.' || r.relname || ' ', ' ON crier_bench_pipeline.' || r.relname || ' ');"
+    " END LOOP;"
+    " END $$";
 
 /* Starts the private cluster with pg_stat_statements preloaded: initdb and
  * start, ALTER SYSTEM, stop (crier_bench_open_database starts it again).
@@ -662,7 +682,8 @@ int crier_bench_pipeline(int argc, char **argv)
         crier_bench_exec(b.conn, "CREATE TABLE crier_bench_pipeline.notifications"
                                  " (LIKE crier.notifications INCLUDING ALL)") < 0 ||
         crier_bench_exec(b.conn, "CREATE TABLE crier_bench_pipeline.deliveries"
-                                 " (LIKE crier.deliveries INCLUDING ALL)") < 0)
+                                 " (LIKE crier.deliveries INCLUDING ALL)") < 0 ||
+        crier_bench_exec(b.conn, SQL_SAME_STORAGE_AND_TRIGGERS) < 0)
         goto out;
     if (b.o.send) {
         b.sink = crier_http_sink_start(err, sizeof err);
