@@ -207,7 +207,8 @@ struct crier_fanout {
  * computed in SQL (crier.event_lock_key, the same value as crier_key_lock);
  * it used to be sent in a statement of its own, one more round trip per batch.
  *
- * Once events are claimed, the rest of the transaction (set for it only) runs
+ * The transaction (SET LOCAL: set for it only, once, where set_config in the
+ * claim's select list ran twice per claimed row) runs
  * cached statements with their generic plans, and reaches rows by their
  * indexes, never by a sequential scan. The write is built for its generic
  * plan (no join, see SQL_WRITE_NEW), but PostgreSQL keeps planning a custom
@@ -220,10 +221,10 @@ struct crier_fanout {
  * batch); without sequential scans the plan is the same whatever the
  * statistics say. */
 static const char SQL_BEGIN_CLAIM[] =
-    "BEGIN; SELECT c.id, c.tenant, c.event_type, c.entity_id, c.payload, c.attempts, c.cursor,"
+    "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off;"
+    " SELECT c.id, c.tenant, c.event_type, c.entity_id, c.payload, c.attempts, c.cursor,"
     " pg_try_advisory_xact_lock(crier.event_lock_key(c.tenant, c.event_type, c.entity_id)),"
-    " EXISTS (SELECT FROM crier.recipient_settings),"
-    " set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
+    " EXISTS (SELECT FROM crier.recipient_settings)"
     " FROM crier.claim_events(%d, %d::smallint) AS c";
 
 /* The stored settings of the batch's recipients (sql/017_recipient_settings.sql). */
