@@ -25,16 +25,19 @@
 typedef struct {
     const crier_engine_config *cfg;
     struct ev_loop *loop;
-    crier_pg *pg_fanout[CRIER_ENGINE_MAX_FANOUTS], *pg_listen, *pg_timers, *pg_wake;
+    crier_pg *pg_fanout, *pg_listen, *pg_timers, *pg_wake;
     crier_pg *pg_retention;
     crier_retention *retention;      /* deletes finished rows past their period */
     crier_wake *wake;                /* when emits must NOTIFY: while this daemon sleeps */
     uint64_t seen_batches;           /* the fast lane's batches when before_sleep last looked */
-    /* the fast lane, on this loop: n_fanouts workers, each with its own
-     * connection and generation, so that one batch's rules run while another's
-     * statements run (they claim apart: SKIP LOCKED, advisory locks) */
-    crier_fanout *fanout[CRIER_ENGINE_MAX_FANOUTS];
-    int n_fanouts;
+    /* the fast lane: n_fanouts workers, each with its own connection and
+     * generation (they claim apart: SKIP LOCKED, advisory locks), so that one
+     * batch's rules run while another's statements run: the first on this
+     * loop, the others each on a thread of its own (fanout_thread.h), so that
+     * their rules also run beside each other's */
+    crier_fanout *fanout;
+    crier_fanout_thread *fast[CRIER_ENGINE_MAX_FANOUTS - 1];
+    int n_fanouts; /* 1 + the threads in fast[] */
     crier_timers *timers;            /* the timer worker, on this loop */
     crier_fanout_thread *slow;       /* the slow lane, on its own thread and loop */
     crier_delivery_thread *delivery; /* the delivery side, on its own thread and loop */
@@ -130,9 +133,14 @@ static void engine_write_status(engine *e)
     const crier_rules_reloader *rl = &e->reloader;
     int fast = 0, slow = 0, sending = 0;
     uint64_t done = 0, slow_done = 0, claimed = 0;
-    for (int i = 0; i < e->n_fanouts; i++) {
-        fast += crier_fanout_in_flight(e->fanout[i]);
-        done += crier_fanout_get_stats(e->fanout[i])->events_done;
+    fast = crier_fanout_in_flight(e->fanout);
+    done = crier_fanout_get_stats(e->fanout)->events_done;
+    for (int i = 0; i < e->n_fanouts - 1; i++) {
+        int n;
+        uint64_t d;
+        crier_fanout_thread_activity(e->fast[i], &n, &d);
+        fast += n;
+        done += d;
     }
     if (e->slow)
         crier_fanout_thread_activity(e->slow, &slow, &slow_done);
@@ -232,22 +240,27 @@ static void engine_watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void engine_kick_fanouts(engine *e)
 {
-    for (int i = 0; i < e->n_fanouts; i++)
-        crier_fanout_kick(e->fanout[i]);
+    crier_fanout_kick(e->fanout);
+    for (int i = 0; i < e->n_fanouts - 1; i++)
+        crier_fanout_thread_kick(e->fast[i]);
 }
 
 static bool engine_fanouts_idle(const engine *e)
 {
-    for (int i = 0; i < e->n_fanouts; i++)
-        if (!crier_fanout_idle(e->fanout[i]))
+    if (!crier_fanout_idle(e->fanout))
+        return false;
+    for (int i = 0; i < e->n_fanouts - 1; i++)
+        if (!crier_fanout_thread_idle(e->fast[i]))
             return false;
     return true;
 }
 
 static bool engine_fanouts_between_batches(const engine *e)
 {
-    for (int i = 0; i < e->n_fanouts; i++)
-        if (!crier_fanout_between_batches(e->fanout[i]))
+    if (!crier_fanout_between_batches(e->fanout))
+        return false;
+    for (int i = 0; i < e->n_fanouts - 1; i++)
+        if (!crier_fanout_thread_finished(e->fast[i]))
             return false;
     return true;
 }
@@ -273,8 +286,10 @@ static void engine_wake_kick(void *ud)
 static bool engine_wake_idle(void *ud)
 {
     const engine *e = ud;
-    for (int i = 0; i < e->n_fanouts; i++)
-        if (crier_fanout_holds_events(e->fanout[i]))
+    if (crier_fanout_holds_events(e->fanout))
+        return false;
+    for (int i = 0; i < e->n_fanouts - 1; i++)
+        if (crier_fanout_thread_holds_events(e->fast[i]))
             return false;
     return true;
 }
@@ -282,9 +297,9 @@ static bool engine_wake_idle(void *ud)
 /* Batches the fast lane's workers have run, all together. */
 static uint64_t engine_fanout_batches(const engine *e)
 {
-    uint64_t n = 0;
-    for (int i = 0; i < e->n_fanouts; i++)
-        n += crier_fanout_get_stats(e->fanout[i])->batches;
+    uint64_t n = crier_fanout_get_stats(e->fanout)->batches;
+    for (int i = 0; i < e->n_fanouts - 1; i++)
+        n += crier_fanout_thread_batches(e->fast[i]);
     return n;
 }
 
@@ -406,8 +421,9 @@ static void engine_stop(engine *e)
     crier_info("engine", "stopping: no new claims; letting in-flight work finish (deadline %.0fs)",
                e->cfg->shutdown_deadline);
     engine_notify(e, "STOPPING=1\nSTATUS=stopping: letting in-flight work finish");
-    for (int i = 0; i < e->n_fanouts; i++)
-        crier_fanout_stop(e->fanout[i]);
+    crier_fanout_stop(e->fanout);
+    for (int i = 0; i < e->n_fanouts - 1; i++)
+        crier_fanout_thread_stop(e->fast[i]);
     crier_wake_stop(e->wake);
     crier_retention_stop(e->retention);
     crier_timers_stop(e->timers);
@@ -423,12 +439,12 @@ static void engine_reload_copies(engine *e)
 {
     char err[4096];
     crier_rules *copy;
-    for (int i = 1; i < e->n_fanouts; i++) {
+    for (int i = 0; i < e->n_fanouts - 1; i++) {
         copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
         if (!copy)
-            crier_warn("rules", "fan-out worker %d keeps its rules until the next reload: %s", i + 1, err);
+            crier_warn("rules", "fan-out worker %d keeps its rules until the next reload: %s", i + 2, err);
         else
-            crier_fanout_set_rules(e->fanout[i], copy);
+            crier_fanout_thread_set_rules(e->fast[i], copy);
     }
     copy = crier_rules_reloader_load_copy(&e->reloader, err, sizeof err);
     if (!copy) {
@@ -469,7 +485,7 @@ static void engine_reload(engine *e, const char *why)
         e->status_dirty = true;
         crier_info("rules", "reloaded (%s): version %.12s is used from the next batch", why,
                    e->reloader.version);
-        crier_fanout_set_rules(e->fanout[0], rules);
+        crier_fanout_set_rules(e->fanout, rules);
         engine_reload_copies(e);
         if (cfg->on_rules_reloaded)
             cfg->on_rules_reloaded(cfg->on_rules_reloaded_ud, e->reloader.version);
@@ -593,32 +609,20 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     e.n_fanouts = cfg->fanout_connections > 0 ? cfg->fanout_connections : CRIER_ENGINE_DEFAULT_FANOUTS;
     if (e.n_fanouts > CRIER_ENGINE_MAX_FANOUTS)
         e.n_fanouts = CRIER_ENGINE_MAX_FANOUTS;
-    for (int i = 0; i < e.n_fanouts; i++) {
-        char name[16];
-        snprintf(name, sizeof name, i ? "fanout-%d" : "fanout", i + 1);
-        e.pg_fanout[i] = crier_pg_connect(e.loop, cfg->conninfo, name, err, err_len);
-        if (!e.pg_fanout[i])
-            goto out;
-    }
+    e.pg_fanout = crier_pg_connect(e.loop, cfg->conninfo, "fanout", err, err_len);
+    if (!e.pg_fanout)
+        goto out;
     e.pg_listen = crier_pg_connect(e.loop, cfg->conninfo, "listen", err, err_len);
     if (!e.pg_listen)
         goto out;
     crier_pg_on_notify(e.pg_listen, engine_on_notify, &e);
 
-    for (int i = 0; i < e.n_fanouts; i++) {
-        crier_rules *own = i ? crier_rules_reloader_load_copy(&e.reloader, err, err_len) : rules;
-        if (!own)
-            goto out;
-        e.fanout[i] = crier_fanout_new(e.loop, e.pg_fanout[i], own, &cfg->fanout, engine_on_committed, &e);
-        if (!e.fanout[i]) {
-            if (i)
-                crier_rules_free(own);
-            snprintf(err, err_len, "out of memory");
-            goto out;
-        }
-        if (!i)
-            rules = NULL; /* owned by the fan-out worker now */
+    e.fanout = crier_fanout_new(e.loop, e.pg_fanout, rules, &cfg->fanout, engine_on_committed, &e);
+    if (!e.fanout) {
+        snprintf(err, err_len, "out of memory");
+        goto out;
     }
+    rules = NULL; /* owned by the fan-out worker now */
     e.pg_timers = crier_pg_connect(e.loop, cfg->conninfo, "timers", err, err_len);
     if (!e.pg_timers)
         goto out;
@@ -637,9 +641,20 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         crier_rules *copy = crier_rules_reloader_load_copy(&e.reloader, err, err_len);
         if (!copy)
             goto out;
-        e.slow = crier_fanout_thread_start(cfg, copy, engine_on_committed, engine_delivery_changed, &e, err,
+        e.slow = crier_fanout_thread_start(cfg, copy, 0, engine_on_committed, engine_delivery_changed, &e, err,
                                            err_len);
         if (!e.slow)
+            goto out;
+    }
+    /* the fast lane's other workers (after the delivery side and the slow
+     * lane, which their batches wake) */
+    for (int i = 0; i < e.n_fanouts - 1; i++) {
+        crier_rules *copy = crier_rules_reloader_load_copy(&e.reloader, err, err_len);
+        if (!copy)
+            goto out;
+        e.fast[i] = crier_fanout_thread_start(cfg, copy, i + 2, engine_on_committed, engine_delivery_changed, &e,
+                                              err, err_len);
+        if (!e.fast[i])
             goto out;
     }
     /* after the rules' copies are loaded: connecting takes time, and a rules
@@ -701,9 +716,11 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
 
     {
         crier_delivery_stats ds;
-        crier_fanout_stats all = *crier_fanout_get_stats(e.fanout[0]), *fs = &all;
-        for (int i = 1; i < e.n_fanouts; i++)
-            crier_fanout_stats_add(&all, crier_fanout_get_stats(e.fanout[i]));
+        crier_fanout_stats all = *crier_fanout_get_stats(e.fanout), *fs = &all;
+        for (int i = 0; i < e.n_fanouts - 1; i++) {
+            crier_fanout_thread_join(e.fast[i], &all);
+            e.fast[i] = NULL;
+        }
         crier_fanout_thread_join(e.slow, &all);
         e.slow = NULL;
         crier_delivery_thread_join(e.delivery, &ds);
@@ -738,17 +755,17 @@ out:
         close(e.inotify_fd);
     }
     ev_prepare_stop(e.loop, &e.before_sleep);
+    for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS - 1; i++)
+        crier_fanout_thread_join(e.fast[i], NULL);
     crier_fanout_thread_join(e.slow, NULL);
     crier_delivery_thread_join(e.delivery, NULL);
     crier_wake_free(e.wake);
     crier_retention_free(e.retention);
-    for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS; i++)
-        crier_fanout_free(e.fanout[i]);
+    crier_fanout_free(e.fanout);
     crier_timers_free(e.timers);
     crier_rules_free(rules);
     crier_pg_free(e.pg_listen);
-    for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS; i++)
-        crier_pg_free(e.pg_fanout[i]);
+    crier_pg_free(e.pg_fanout);
     crier_pg_free(e.pg_timers);
     crier_pg_free(e.pg_wake);
     crier_pg_free(e.pg_retention);

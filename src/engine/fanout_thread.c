@@ -1,5 +1,5 @@
-/* fanout_thread.c — the slow lane of fan-out on its own thread (see
- * fanout_thread.h). */
+/* fanout_thread.c — a fan-out worker (the slow lane, or one of the fast
+ * lane's) on its own thread (see fanout_thread.h). */
 #include "fanout_thread.h"
 
 #include "engine.h"
@@ -32,9 +32,12 @@ struct crier_fanout_thread {
     pthread_mutex_t lock; /* guards next_rules */
     crier_rules *next_rules;
 
-    /* published once per loop pass for the heartbeat (fanout_thread_idle) */
+    /* published once per loop pass for the heartbeat and the wake-up
+     * (fanout_thread_idle) */
     _Atomic int in_flight;
     _Atomic uint64_t done;
+    _Atomic uint64_t batches;
+    atomic_bool holds_events;
 };
 
 static void fanout_thread_requests(void *ud, unsigned bits)
@@ -61,6 +64,8 @@ static bool fanout_thread_idle(void *ud)
     crier_fanout_thread *t = ud;
     atomic_store_explicit(&t->in_flight, crier_fanout_in_flight(t->fanout), memory_order_relaxed);
     atomic_store_explicit(&t->done, crier_fanout_get_stats(t->fanout)->events_done, memory_order_relaxed);
+    atomic_store_explicit(&t->batches, crier_fanout_get_stats(t->fanout)->batches, memory_order_relaxed);
+    atomic_store_explicit(&t->holds_events, crier_fanout_holds_events(t->fanout), memory_order_relaxed);
     return crier_fanout_idle(t->fanout);
 }
 
@@ -68,6 +73,16 @@ void crier_fanout_thread_activity(crier_fanout_thread *t, int *in_flight, uint64
 {
     *in_flight = atomic_load_explicit(&t->in_flight, memory_order_relaxed);
     *done = atomic_load_explicit(&t->done, memory_order_relaxed);
+}
+
+bool crier_fanout_thread_holds_events(crier_fanout_thread *t)
+{
+    return atomic_load_explicit(&t->holds_events, memory_order_relaxed);
+}
+
+uint64_t crier_fanout_thread_batches(crier_fanout_thread *t)
+{
+    return atomic_load_explicit(&t->batches, memory_order_relaxed);
 }
 
 static bool fanout_thread_drained(void *ud)
@@ -104,13 +119,22 @@ static void fanout_thread_free(crier_fanout_thread *t)
     free(t);
 }
 
-crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, crier_rules *rules,
+crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, crier_rules *rules, int number,
                                                crier_fanout_committed_fn committed, void (*changed)(void *ud),
                                                void *ud, char *err, size_t err_len)
 {
     crier_fanout_thread *t = calloc(1, sizeof *t);
     crier_fanout_options opts = cfg->fanout;
     double every = cfg->poll_interval > 0 ? cfg->poll_interval : 1.0;
+    char name[24], what[40];
+
+    if (number > 0) {
+        snprintf(name, sizeof name, "fanout-%d", number);
+        snprintf(what, sizeof what, "fan-out worker %d", number);
+    } else {
+        snprintf(name, sizeof name, "fanout-slow");
+        snprintf(what, sizeof what, "slow fan-out lane");
+    }
 
     if (!t) {
         snprintf(err, err_len, "out of memory");
@@ -128,14 +152,18 @@ crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, c
     crier_rules_set_query(rules, t->query ? crier_rules_query_run : NULL, t->query);
     t->loop = ev_loop_new(EVFLAG_AUTO);
     if (!t->loop) {
-        snprintf(err, err_len, "cannot create the slow lane's loop");
+        snprintf(err, err_len, "cannot create the loop of the %s", what);
         goto fail;
     }
-    t->pg = crier_pg_connect(t->loop, cfg->conninfo, "fanout-slow", err, err_len);
+    t->pg = crier_pg_connect(t->loop, cfg->conninfo, name, err, err_len);
     if (!t->pg)
         goto fail;
-    opts.lane = CRIER_FANOUT_LANE_SLOW;
-    opts.batch_size = FANOUT_THREAD_BATCH; /* a few events at a time: each may take its full limit */
+    if (number > 0) {
+        opts.lane = CRIER_FANOUT_LANE_FAST;
+    } else {
+        opts.lane = CRIER_FANOUT_LANE_SLOW;
+        opts.batch_size = FANOUT_THREAD_BATCH; /* a few events at a time: each may take its full limit */
+    }
     t->fanout = crier_fanout_new(t->loop, t->pg, rules, &opts, committed, ud);
     if (!t->fanout) {
         snprintf(err, err_len, "out of memory");
@@ -152,7 +180,7 @@ crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, c
                                                                        .ud = t,
                                                                        .changed = changed,
                                                                        .owner_ud = ud},
-                                          "slow fan-out lane", err, err_len);
+                                          what, err, err_len);
     if (!t->thread)
         goto fail;
     crier_worker_thread_request(t->thread, CRIER_WORKER_KICK);
