@@ -4,7 +4,8 @@
 # object whose figures are present and plausible (1 and 2 workers, statement
 # shares), and leaves no process or work directory behind; then once with
 # --send against its local receiver, and once on an existing database
-# (--database: the test database, where pg_stat_statements is not loaded).
+# (--database: the test database, where pg_stat_statements is not loaded; with
+# --rule-loop).
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 
@@ -51,8 +52,13 @@ run parked
 check "$WORK/parked.json" parked 1,2 1
 run send --send --workers 1
 check "$WORK/send.json" send 1 1
-run existing --database "$CRIER_DATABASE_URL" --workers 2
+# (with a rule that costs CPU: the generated rule's loop must load and run)
+run existing --database "$CRIER_DATABASE_URL" --workers 2 --rule-loop 1000
 check "$WORK/existing.json" parked 2 0
+if "$CRIER_BIN" bench pipeline --rule-loop -1 >/dev/null 2>"$WORK/bad.err"; then
+    fail "--rule-loop -1 was accepted"
+fi
+grep -q "rule-loop" "$WORK/bad.err" || fail "--rule-loop -1: the error does not name the option: $(cat "$WORK/bad.err")"
 
 # Everything the bench started is gone: no work directory, no cluster, no serve.
 leftover=$(find "$WORK" -maxdepth 1 -name 'crier-bench-pipeline.*' | wc -l)
