@@ -376,13 +376,15 @@ static const char SQL_TIMING[] = "SELECT crier.apply_timing()";
  * holds WALWriteLock against the other connection's COPY). What a server
  * crash can lose is then the last ~0.6 s of such batches (3 x
  * wal_writer_delay), whole, with their events' done marks: the events are
- * pending again and fanned out again with the same keys and message ids.
- * Nothing acts on those rows before they are durable: the delivery side
- * claims a delivery with a commit of its own, which flushes the WAL up to and
- * past the batch's, before it sends; feed items, audience items and timings
- * (which readers and timers act on directly) never take this path. A reader
- * of notifications or pending deliveries may see such rows vanish after a
- * crash and come back with new ids. */
+ * pending again and fanned out again with the same keys and message ids. A
+ * delivery sent from such a batch before any durable commit flushed it (its
+ * claim does not wait for the flush either: delivery.c) is sent again after
+ * the crash under the same webhook-id / Message-ID, as at-least-once allows
+ * and as a lost claim already was; once a delivery's result is committed
+ * (durably), every batch before it is durable too. Feed items, audience items
+ * and timings (which readers and timers act on directly) never take this
+ * path. A reader of notifications or pending deliveries may see such rows
+ * vanish after a crash and come back with new ids. */
 static const char SQL_IDS[] =
     "SELECT nextval('crier.notifications_id_seq'),"
     " (SELECT EXISTS (SELECT FROM crier.preferences p"

@@ -6,8 +6,8 @@
 # and every notification reaches the receiver under one webhook-id. Fan-out
 # batches written by COPY commit without waiting for the WAL flush
 # (src/engine/fanout.c, SQL_IDS): a crash may take such a batch away whole,
-# done marks included, and the events are fanned out again; a delivery is
-# claimed, and so made durable, before it is sent.
+# done marks included, and the events are fanned out again, a delivery sent
+# from it before the crash again under the same webhook-id.
 . "$(dirname "$0")/../support/lib.sh"
 start_receiver hooks
 EVENTS=${PG_CRASH_EVENTS:-12000}
