@@ -4,7 +4,7 @@
 . "$(dirname "$0")/../support/lib.sh"
 
 out=$("$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules") || fail "check of the examples failed: $out"
-echo "$out" | grep -q ": ok (rules version " || fail "check output: $out"
+grep -q ": ok (rules version " <<<"$out" || fail "check output: $out"
 
 mkdir -p "$WORK/broken"
 cp "$CRIER_SOURCE_DIR/examples/rules/billing.lua" "$WORK/broken/"
@@ -14,8 +14,8 @@ printf 'local x = = 1\n' >"$WORK/broken/b_syntax.lua"
 if out=$("$CRIER_BIN" check "$WORK/broken" 2>&1); then
     fail "check of broken rules should exit non-zero"
 fi
-echo "$out" | grep -q "b_syntax.lua:1:" || fail "syntax error not reported as file:line: $out"
-echo "$out" | grep -q "a_bad_rule.lua:2:" || fail "undeclared event type not reported as file:line: $out"
+grep -q "b_syntax.lua:1:" <<<"$out" || fail "syntax error not reported as file:line: $out"
+grep -q "a_bad_rule.lua:2:" <<<"$out" || fail "undeclared event type not reported as file:line: $out"
 
 # check_fails DIR PATTERN WHY: `crier check DIR` must exit 1 and print PATTERN.
 check_fails() {
@@ -23,7 +23,7 @@ check_fails() {
     if out=$("$CRIER_BIN" check "$1" 2>&1); then
         fail "check should refuse $3: $out"
     fi
-    echo "$out" | grep -qF -- "$2" || fail "check reports $3 at its file:line: $out"
+    grep -qF -- "$2" <<<"$out" || fail "check reports $3 at its file:line: $out"
 }
 
 # One file cannot change what another renders: an attempt to redefine a
@@ -47,7 +47,7 @@ printf 'local crier = require "crier"\ncrier.event_type "invoice.created" { payl
     >"$WORK/leak/a.lua"
 out=$("$CRIER_BIN" try --rules "$WORK/leak" --no-db --tenant acme --type invoice.created --entity i1 \
     --payload '{"amount_cents": 1250, "currency": "EUR"}') || fail "try of the clean rules failed: $out"
-echo "$out" | grep -q '12.50 EUR' || fail "b.lua renders with the built-in money filter: $out"
+grep -q '12.50 EUR' <<<"$out" || fail "b.lua renders with the built-in money filter: $out"
 
 # Templates are checked against the payload schema at load; a channels
 # function can only be checked when it runs, and try shows its error.
@@ -69,7 +69,7 @@ if out=$("$CRIER_BIN" try --rules "$WORK/authoring" --no-db --tenant acme --type
         --payload '{"author": "ann", "body": "hi"}' 2>&1); then
     fail "try should fail on a channels function returning an unknown channel: $out"
 fi
-echo "$out" | grep -q 'channels returned unknown channel "sms" for recipient "ann" (known: email, feed, kafka, webhook)' ||
+grep -q 'channels returned unknown channel "sms" for recipient "ann" (known: email, feed, kafka, webhook)' <<<"$out" ||
     fail "try names the unknown channel and the known ones: $out"
 
 cat >"$WORK/event.json" <<'JSON'
@@ -79,18 +79,18 @@ JSON
 out=$("$CRIER_BIN" try "$WORK/event.json" --database "host=/nonexistent dbname=none") || fail "try failed: $out"
 for want in "recipients: 3" "recipient: alice" "recipient: carol" "key: invoice.created:inv_42:alice" \
     "message id: msg_" "channel: webhook" "Invoice inv_42 for 12.50 EUR was issued"; do
-    echo "$out" | grep -q "$want" || fail "try output lacks '$want': $out"
+    grep -q "$want" <<<"$out" || fail "try output lacks '$want': $out"
 done
 printf '{"tenant": "acme", "type": "invoice.created", "entity_id": "x", "payload": {"invoice_id": 1}}' >"$WORK/bad.json"
 if out=$("$CRIER_BIN" try "$WORK/bad.json" 2>&1); then
     fail "try with an invalid payload should fail"
 fi
-echo "$out" | grep -q "invoice_id" || fail "try's validation error should name the field: $out"
+grep -q "invoice_id" <<<"$out" || fail "try's validation error should name the field: $out"
 printf '{not json' >"$WORK/garbage.json"
 if out=$("$CRIER_BIN" try "$WORK/garbage.json" 2>&1); then
     fail "try with malformed JSON should fail"
 fi
-echo "$out" | grep -qi "json" || fail "try's JSON error should say so: $out"
+grep -qi "json" <<<"$out" || fail "try's JSON error should say so: $out"
 
 # Rules with a paged audience from a query, and preferences.
 mkdir -p "$WORK/paged"
@@ -109,14 +109,14 @@ cat >"$WORK/news.json" <<'JSON'
  "queries": {"org_page": [{"id": "bo"}, {"id": "al"}, {"id": "cy"}]}}
 JSON
 out=$("$CRIER_BIN" try --rules "$WORK/paged" "$WORK/news.json") || fail "try with fake queries failed: $out"
-echo "$out" | grep -q "recipients: 2" || fail "first page of two: $out"
-echo "$out" | grep -q "recipient: al" || fail "fake rows sorted by the cursor: $out"
-echo "$out" | grep -q 'add "cursor": "bo"' || fail "try says how to see the next page: $out"
+grep -q "recipients: 2" <<<"$out" || fail "first page of two: $out"
+grep -q "recipient: al" <<<"$out" || fail "fake rows sorted by the cursor: $out"
+grep -q 'add "cursor": "bo"' <<<"$out" || fail "try says how to see the next page: $out"
 if out=$("$CRIER_BIN" try --rules "$WORK/paged" --no-db --tenant acme --type org.news --entity n1 \
         --payload '{"org":"acme"}' 2>&1); then
     fail "a query without a database or fake rows should fail"
 fi
-echo "$out" | grep -q 'crier.query "org_page": no database is available here' || fail "the error says why: $out"
+grep -q 'crier.query "org_page": no database is available here' <<<"$out" || fail "the error says why: $out"
 
 # With a database: the query runs read-only, stored preferences show, nothing changes.
 new_db
@@ -127,8 +127,8 @@ sql "SELECT crier.set_preference('acme', 'bo', 'org.news', '*', false)" >/dev/nu
 before=$(sql "SELECT (SELECT count(*) FROM crier.events) || '/' || (SELECT count(*) FROM crier.notifications)")
 out=$("$CRIER_BIN" try --rules "$WORK/paged" --tenant acme --type org.news --entity n1 --payload '{"org":"acme"}') ||
     fail "try with a database failed: $out"
-echo "$out" | grep -q "recipient: al" || fail "recipients from the database: $out"
-echo "$out" | grep -q "SUPPRESSED by the stored preference (event type org.news, channel \*)" ||
+grep -q "recipient: al" <<<"$out" || fail "recipients from the database: $out"
+grep -q "SUPPRESSED by the stored preference (event type org.news, channel \*)" <<<"$out" ||
     fail "the stored preference is shown: $out"
 assert_eq "$before" "$(sql "SELECT (SELECT count(*) FROM crier.events) || '/' || (SELECT count(*) FROM crier.notifications)")" \
     "try changed nothing"

@@ -12,8 +12,8 @@ echo "describe('x', function() end)" >"$WORK/no-rules/billing_spec.lua"
 if out=$("$CRIER_BIN" check "$WORK/no-rules" 2>&1); then
     fail "check of a directory without rules passed: $out"
 fi
-echo "$out" | grep -qF "$WORK/no-rules: no rules here" || fail "check says there are no rules: $out"
-echo "$out" | grep -q "runtime error" && fail "check crashed: $out"
+grep -qF "$WORK/no-rules: no rules here" <<<"$out" || fail "check says there are no rules: $out"
+grep -q "runtime error" <<<"$out" && fail "check crashed: $out"
 
 note "a mistyped flag: the error, a suggestion, one line pointing at --help"
 # refused CMD-ARGS… : runs crier with them, which must exit 2; the output is in $out
@@ -25,20 +25,20 @@ assert_eq "crier serve: unknown option '--bach-size'
 did you mean --batch-size?
 crier serve --help lists the options" "$out" "a mistyped serve flag"
 refused dead list --sinse 2h
-echo "$out" | grep -qx "did you mean --since?" || fail "dead list's suggestion: $out"
+grep -qx "did you mean --since?" <<<"$out" || fail "dead list's suggestion: $out"
 refused serve --batch 3
-echo "$out" | grep -qx "did you mean --batch-size or --batch-budget?" || fail "an ambiguous abbreviation: $out"
+grep -qx "did you mean --batch-size or --batch-budget?" <<<"$out" || fail "an ambiguous abbreviation: $out"
 refused serve --exit-when-idle=yes
-echo "$out" | grep -q "is a switch and takes no value" || fail "a value for a switch: $out"
+grep -q "is a switch and takes no value" <<<"$out" || fail "a value for a switch: $out"
 refused emit --tenant
-echo "$out" | grep -q "crier emit: --tenant needs a value" || fail "a missing value: $out"
+grep -q "crier emit: --tenant needs a value" <<<"$out" || fail "a missing value: $out"
 refused demo --data-dri "$WORK/pg"
-echo "$out" | grep -qx "did you mean --data-dir?" || fail "demo's suggestion: $out"
+grep -qx "did you mean --data-dir?" <<<"$out" || fail "demo's suggestion: $out"
 refused serv
-echo "$out" | grep -qx "did you mean crier serve?" || fail "a mistyped command: $out"
+grep -qx "did you mean crier serve?" <<<"$out" || fail "a mistyped command: $out"
 refused check --frobnicate
 [ "$(echo "$out" | wc -l)" -le 3 ] || fail "no whole help after a bad flag: $out"
-echo "$out" | grep -q "^crier check --help" || fail "the line pointing at --help: $out"
+grep -q "^crier check --help" <<<"$out" || fail "the line pointing at --help: $out"
 
 note "an unmigrated database: run crier migrate"
 base=$("$CRIER_BIN" cluster url "$CRIER_TEST_PG")
@@ -48,7 +48,7 @@ RAW="$base dbname=t_cli_friction_raw"
 raw_sql() { psql -XAtq "$RAW" -v ON_ERROR_STOP=1 -c "$1"; }
 unmigrated() { # CMD-ARGS…: must fail on the unmigrated database and say to run crier migrate
     if out=$("$CRIER_BIN" "$@" --database "$RAW" 2>&1); then fail "crier $* ran on an unmigrated database: $out"; fi
-    echo "$out" | grep -q "run crier migrate" || fail "crier $* says to run crier migrate: $out"
+    grep -q "run crier migrate" <<<"$out" || fail "crier $* says to run crier migrate: $out"
 }
 unmigrated status
 unmigrated emit --no-validate --tenant acme --type ping --entity p1
@@ -68,18 +68,18 @@ not_run() { # WHY CMD-ARGS…: serve must refuse before it migrates
     assert_eq "" "$(raw_sql "SELECT to_regnamespace('crier')")" "nothing migrated $why ($out)"
 }
 not_run "with a missing rules directory" --rules "$WORK/missing"
-echo "$out" | grep -q "cannot open rules directory" || fail "serve says why: $out"
+grep -q "cannot open rules directory" <<<"$out" || fail "serve says why: $out"
 not_run "with a setting the rules need missing" --rules "$CRIER_SOURCE_DIR/tests/support/rules"
-echo "$out" | grep -q "setting 'ping_url' is not set" || fail "serve names the setting: $out"
+grep -q "setting 'ping_url' is not set" <<<"$out" || fail "serve names the setting: $out"
 not_run "with a malformed --http" --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set ping_url=http://127.0.0.1:9/ \
     --http 127.0.0.1
-echo "$out" | grep -q "\-\-http expects HOST:PORT" || fail "serve says what --http takes: $out"
+grep -q "\-\-http expects HOST:PORT" <<<"$out" || fail "serve says what --http takes: $out"
 
 "$CRIER_BIN" migrate --database "$RAW" >/dev/null
 "$CRIER_BIN" status --database "$RAW" >/dev/null || fail "status on the migrated database"
 raw_sql "DELETE FROM crier.schema_migrations WHERE name = (SELECT max(name) FROM crier.schema_migrations)"
 unmigrated status
-echo "$out" | grep -q "behind this crier (1 migration pending, from " || fail "status says what is behind: $out"
+grep -q "behind this crier (1 migration pending, from " <<<"$out" || fail "status says what is behind: $out"
 
 note "log levels: commands say only what went wrong, the daemon says what it does"
 "$CRIER_BIN" check "$CRIER_SOURCE_DIR/examples/rules" >"$WORK/check.out" 2>"$WORK/check.err" ||

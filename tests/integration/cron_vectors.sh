@@ -17,7 +17,7 @@ while IFS=$'\t' read -r expr sets zone after next; do
         if out=$(sql "SELECT crier.cron_parse('$lit')" 2>&1); then
             fail "'$expr' was accepted: $out"
         fi
-        echo "$out" | grep -qF "${sets#error: }" || fail "'$expr': expected an error with '${sets#error: }', got: $out"
+        grep -qF "${sets#error: }" <<<"$out" || fail "'$expr': expected an error with '${sets#error: }', got: $out"
         continue
     fi
     got=$(sql "WITH c AS (SELECT * FROM crier.cron_parse('$lit'))
@@ -37,5 +37,5 @@ done <"$CRIER_SOURCE_DIR/tests/vectors/cron.tsv"
 if out=$(sql "SELECT crier.cron_next('0 8 * * *', 'Mars/Olympus_Mons', now())" 2>&1); then
     fail "an unknown zone was accepted"
 fi
-echo "$out" | grep -q 'time zone "Mars/Olympus_Mons" not recognized' || fail "unknown zone: $out"
+grep -q 'time zone "Mars/Olympus_Mons" not recognized' <<<"$out" || fail "unknown zone: $out"
 echo "ok ($rows rows)"

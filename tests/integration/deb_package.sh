@@ -27,7 +27,7 @@ dpkg_locked() {
         if out=$(dpkg "$@" 2>&1); then
             return 0
         fi
-        echo "$out" | grep -q "lock" || { echo "$out" >&2; return 1; }
+        grep -q "lock" <<<"$out" || { echo "$out" >&2; return 1; }
         sleep 1
     done
     echo "$out" >&2
@@ -50,9 +50,9 @@ deb=$(ls "$WORK"/pkg/crier_*_*.deb)
 [ -f "$deb" ] || fail "no crier_VERSION_ARCH.deb: $(ls "$WORK/pkg")"
 note "built $(basename "$deb") in $(($(date +%s) - start)) s"
 info=$(dpkg-deb -I "$deb")
-echo "$info" | grep -qx " Depends: libc6, libcurl4, libev4, libluajit2-5.1-2, libmicrohttpd12, libpq5, librdkafka1, libssl3" ||
+grep -qx " Depends: libc6, libcurl4, libev4, libluajit2-5.1-2, libmicrohttpd12, libpq5, librdkafka1, libssl3" <<<"$info" ||
     fail "Depends names Debian's packages: $info"
-echo "$info" | grep -qx " Recommends: postgresql" || fail "Recommends postgresql (the embedded default): $info"
+grep -qx " Recommends: postgresql" <<<"$info" || fail "Recommends postgresql (the embedded default): $info"
 dpkg-deb -c "$deb" | awk '{print $6}' >"$WORK/contents"
 for f in ./usr/bin/crier ./usr/share/crier/lua/crier/init.lua ./usr/share/crier/examples/rules/billing.lua \
     ./usr/share/doc/crier/LICENSE ./usr/share/doc/crier/docs/OPERATIONS.md ./usr/lib/systemd/system/crier.service; do
@@ -68,12 +68,12 @@ dpkg -s crier | grep -qx "Status: install ok installed" || fail "not installed: 
 note "crier from the installed paths"
 cd "$WORK" # not the source tree
 out=$(env -u CRIER_LUA_DIR -u CRIER_RULES /usr/bin/crier --version) || fail "crier --version: $out"
-echo "$out" | grep -qF "Lua library /usr/share/crier/lua (installed with this binary" || fail "--version: $out"
+grep -qF "Lua library /usr/share/crier/lua (installed with this binary" <<<"$out" || fail "--version: $out"
 out=$(env -u CRIER_LUA_DIR -u CRIER_RULES -u CRIER_DATABASE_URL /usr/bin/crier demo --data-dir "$WORK/pg" 2>"$WORK/demo.log") ||
     fail "the installed crier demo failed: $out $(tail "$WORK/demo.log")"
-echo "$out" | grep -qF "rules: /usr/share/crier/examples/rules (Lua library /usr/share/crier/lua)" ||
+grep -qF "rules: /usr/share/crier/examples/rules (Lua library /usr/share/crier/lua)" <<<"$out" ||
     fail "the demo runs the installed rules and library: $out"
-echo "$out" | grep -q "result: one alert per person per invoice" || fail "the demo's result: $out"
+grep -q "result: one alert per person per invoice" <<<"$out" || fail "the demo's result: $out"
 [ ! -e "$WORK/pg/postmaster.pid" ] || fail "the demo left PostgreSQL running"
 if command -v systemd-analyze >/dev/null; then
     systemd-analyze verify /usr/lib/systemd/system/crier.service >"$WORK/verify.log" 2>&1 ||

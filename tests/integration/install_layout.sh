@@ -13,10 +13,10 @@ version=$(sed -n 's/^project(crier VERSION \([0-9.]*\) .*/\1/p' "$CRIER_SOURCE_D
 [ -n "$version" ] || fail "no VERSION in CMakeLists.txt's project()"
 latest=$(cd "$CRIER_SOURCE_DIR/sql" && ls [0-9]*.sql | sort | tail -1)
 out=$("$CRIER_BIN" --version) || fail "crier --version: $out"
-echo "$out" | grep -qx "crier $version" || fail "--version names $version: $out"
-echo "$out" | grep -q "migrations up to $latest, .* function files; sql checksum [0-9a-f]\{12\}$" ||
+grep -qx "crier $version" <<<"$out" || fail "--version names $version: $out"
+grep -q "migrations up to $latest, .* function files; sql checksum [0-9a-f]\{12\}$" <<<"$out" ||
     fail "--version names the latest migration and the SQL's checksum: $out"
-echo "$out" | grep -qF "Lua library $CRIER_SOURCE_DIR/lua (the source tree: this binary runs from its build directory)" ||
+grep -qF "Lua library $CRIER_SOURCE_DIR/lua (the source tree: this binary runs from its build directory)" <<<"$out" ||
     fail "the build tree's binary uses the source tree: $out"
 
 note "cmake --install into a prefix"
@@ -30,15 +30,15 @@ done
 
 note "the installed binary uses the installed library, and says so"
 out=$("$PREFIX/bin/crier" --version)
-echo "$out" | grep -qF "Lua library $PREFIX/share/crier/lua (installed with this binary" ||
+grep -qF "Lua library $PREFIX/share/crier/lua (installed with this binary" <<<"$out" ||
     fail "the installed binary's library: $out"
 out=$("$PREFIX/bin/crier" check --help)
-echo "$out" | grep -qF "this crier's Lua library: $PREFIX/share/crier/lua (installed with this binary" ||
+grep -qF "this crier's Lua library: $PREFIX/share/crier/lua (installed with this binary" <<<"$out" ||
     fail "--help names the installed library: $out"
-echo "$out" | grep -qF "the bundled example rules: $PREFIX/share/crier/examples/rules" ||
+grep -qF "the bundled example rules: $PREFIX/share/crier/examples/rules" <<<"$out" ||
     fail "--help names the installed example rules: $out"
 out=$("$PREFIX/bin/crier" check) || fail "check of the installed examples: $out"
-echo "$out" | grep -qF "$PREFIX/share/crier/examples/rules: ok" || fail "check uses the installed examples: $out"
+grep -qF "$PREFIX/share/crier/examples/rules: ok" <<<"$out" || fail "check uses the installed examples: $out"
 # the installed files are what is used: a broken installed library breaks it
 mv "$PREFIX/share/crier/lua/crier/runtime.lua" "$WORK/runtime.lua"
 if out=$("$PREFIX/bin/crier" check 2>&1); then fail "check passed without the installed runtime.lua: $out"; fi
@@ -48,20 +48,20 @@ note "a binary outside its build directory, with nothing installed beside it"
 mkdir -p "$WORK/elsewhere/bin"
 cp "$CRIER_BIN" "$WORK/elsewhere/bin/crier"
 if out=$("$WORK/elsewhere/bin/crier" check 2>&1); then fail "a lone binary found a Lua library: $out"; fi
-echo "$out" | grep -qF "cannot find crier's Lua library: it belongs at $WORK/elsewhere/share/crier/lua, beside the binary" ||
+grep -qF "cannot find crier's Lua library: it belongs at $WORK/elsewhere/share/crier/lua, beside the binary" <<<"$out" ||
     fail "a lone binary says where its library belongs: $out"
-echo "$out" | grep -q "give --lua-dir DIR or CRIER_LUA_DIR" || fail "and the way out: $out"
+grep -q "give --lua-dir DIR or CRIER_LUA_DIR" <<<"$out" || fail "and the way out: $out"
 out=$("$WORK/elsewhere/bin/crier" check --lua-dir "$PREFIX/share/crier/lua" "$PREFIX/share/crier/examples/rules") ||
     fail "--lua-dir: $out"
 
 note "serve needs rules"
 new_db
 if out=$("$PREFIX/bin/crier" serve --exit-when-idle 2>&1); then fail "serve ran without rules: $out"; fi
-echo "$out" | grep -q "which rules? give the directory of your rules: --rules DIR (or CRIER_RULES=DIR" ||
+grep -q "which rules? give the directory of your rules: --rules DIR (or CRIER_RULES=DIR" <<<"$out" ||
     fail "serve says how to give rules: $out"
-echo "$out" | grep -qF "To run the bundled example rules: --rules $PREFIX/share/crier/examples/rules" ||
+grep -qF "To run the bundled example rules: --rules $PREFIX/share/crier/examples/rules" <<<"$out" ||
     fail "serve names the bundled examples: $out"
-echo "$out" | grep -q "engine: running" && fail "serve ran the examples"
+grep -q "engine: running" <<<"$out" && fail "serve ran the examples"
 CRIER_RULES="$PREFIX/share/crier/examples/rules" "$PREFIX/bin/crier" serve --exit-when-idle \
     --set billing_webhook_url=http://127.0.0.1:9/ >"$WORK/serve.log" 2>&1 ||
     fail "serve with CRIER_RULES: $(tail -5 "$WORK/serve.log")"

@@ -22,10 +22,10 @@ get /rules
 full=$(echo "$BODY" | sed -n 's/.*"version":"\([0-9a-f]*\)".*/\1/p')
 assert_eq "$version" "${full:0:12}" "rules version in nginx vs crier check"
 assert_eq 64 "${#full}" "rules version length"
-echo "$BODY" | grep -q '"event_types":\["build.failed","comment.created","invoice.created","invoice.overdue","invoice.paid","mention.created","org.announcement","security.alert","team.daily"\],"files":\["announcements.lua","billing.lua","collaboration.lua"\],"lua":"LuaJIT 2\.1' ||
+grep -q '"event_types":\["build.failed","comment.created","invoice.created","invoice.overdue","invoice.paid","mention.created","org.announcement","security.alert","team.daily"\],"files":\["announcements.lua","billing.lua","collaboration.lua"\],"lua":"LuaJIT 2\.1' <<<"$BODY" ||
     fail "/rules: $BODY"
 get "/rules?fresh=1" # a generation loaded inside a request (what a hot reload would do)
-if [ "$STATUS" != 200 ] || ! echo "$BODY" | grep -q "\"version\":\"$full\""; then
+if [ "$STATUS" != 200 ] || ! grep -q "\"version\":\"$full\"" <<<"$BODY"; then
     fail "/rules?fresh=1: $STATUS $BODY"
 fi
 
@@ -43,11 +43,11 @@ expect 200 "{\"deliveries\":[$(body dave globex),$(body erin globex)],\"recipien
 get "/plan?tenant=initech&entity=inv_1&amount=1250"
 expect 200 "{\"deliveries\":[],\"recipients\":[],\"version\":\"$full\"}" "plan for a tenant without admins"
 get "/plan?tenant=acme&entity=inv_2&amount=-5&currency=USD"
-echo "$BODY" | grep -q '"text":"Invoice inv_2 for -0.05 USD was issued"' || fail "negative amount: $BODY"
+grep -q '"text":"Invoice inv_2 for -0.05 USD was issued"' <<<"$BODY" || fail "negative amount: $BODY"
 # Hostile ids are data: stored literally in the JSON body, never interpreted.
 get /plan --get --data-urlencode 'tenant=acme' --data-urlencode "entity=inv\"</x>'; DROP TABLE x;--" \
     --data-urlencode amount=1
-echo "$BODY" | grep -qF '"text":"Invoice inv\"</x>'"'"'; DROP TABLE x;-- for 0.01 EUR was issued"' ||
+grep -qF '"text":"Invoice inv\"</x>'"'"'; DROP TABLE x;-- for 0.01 EUR was issued"' <<<"$BODY" ||
     fail "hostile entity id: $BODY"
 
 # The library's refusals, with its own messages.
@@ -77,7 +77,7 @@ get "/render" --data-binary $'line one\nHi {{ args.who'
 expect 400 "{\"error\":{\"code\":\"template_error\",\"message\":\"posted:2: unterminated '{{' (column 4); missing '}}'\"}}" \
     "template syntax error"
 get "/render" -X POST # no body: template.compile raises, the handler answers 500 with the message
-if [ "$STATUS" != 500 ] || ! echo "$BODY" | grep -q "template.compile: source must be a string, got nil"; then
+if [ "$STATUS" != 500 ] || ! grep -q "template.compile: source must be a string, got nil" <<<"$BODY"; then
     fail "raised error: $STATUS $BODY"
 fi
 

@@ -36,7 +36,7 @@ assert_eq "acme|order.created|ord_1|order:ord_1" \
 
 get "/order?id=ord_2&customer=bob&total=99&fail=1" -X POST
 assert_eq 500 "$STATUS" "a handler error after the insert and the emit: $BODY"
-echo "$BODY" | grep -q "the handler failed after the insert" || fail "the raised error: $BODY"
+grep -q "the handler failed after the insert" <<<"$BODY" || fail "the raised error: $BODY"
 assert_eq 0 "$(sql "SELECT count(*) FROM app.orders WHERE id = 'ord_2'")" "no order row after the rollback"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE entity_id = 'ord_2'")" "no event after the rollback"
 
@@ -85,7 +85,7 @@ assert_eq "scheduled|t" "$(sql "SELECT state, not_before = '$due' FROM crier.eve
 get "/emit?tenant=acme&type=note&entity=never&not_before=tomorrow" -X POST --data-binary '{}'
 assert_eq 400 "$STATUS" "a bad not_before: $BODY"
 assert_eq 22023 "$(json_field "$BODY" sqlstate)" "a bad not_before's SQLSTATE"
-echo "$BODY" | grep -q "not_before must be an RFC 3339 time" || fail "the bad not_before's message: $BODY"
+grep -q "not_before must be an RFC 3339 time" <<<"$BODY" || fail "the bad not_before's message: $BODY"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE entity_id = 'never'")" "nothing stored"
 
 # --- The events reach webhooks through crier serve --------------------------

@@ -79,7 +79,7 @@ stop_nginx
 CRIER_DATABASE_URL="$CRIER_DATABASE_URL"_missing NGINX_WORKER_COUNT=1 start_nginx "$NGINX_SUPPORT/openresty.conf.in"
 get "/emit?tenant=acme&type=note&entity=x" -X POST --data-binary '{}'
 assert_eq 503 "$STATUS" "emit without a database: $BODY"
-echo "$BODY" | grep -q 3D000 || fail "emit without a database names the SQLSTATE: $BODY"
+grep -q 3D000 <<<"$BODY" || fail "emit without a database names the SQLSTATE: $BODY"
 get /plain
 assert_eq 200 "$STATUS" "/plain without a database"
 

@@ -36,7 +36,7 @@ assert_eq 4 "$(sql "SELECT count(*) FROM app.strings")" "the table is still ther
 for case in syntax:42601 unique:23505 division:22012 params:22P02; do
     get "/pg/error?q=${case%%:*}"
     assert_eq "${case#*:}" "$(json_field "$BODY" sqlstate)" "SQLSTATE of ${case%%:*}: $BODY"
-    echo "$BODY" | grep -q "SQLSTATE ${case#*:}" || fail "the error text names its SQLSTATE: $BODY"
+    grep -q "SQLSTATE ${case#*:}" <<<"$BODY" || fail "the error text names its SQLSTATE: $BODY"
     assert_eq 1 "$(json_field "$BODY" after)" "a query after the error (${case%%:*})"
 done
 
@@ -119,14 +119,14 @@ for u in u_md5 u_scram u_plain; do
     assert_eq 28P01 "$(json_field "$BODY" sqlstate)" "$u with a wrong password: $BODY"
 done
 get /pg/auth --get --data-urlencode "host=$AUTH_HOST" --data-urlencode "port=$AUTH_PORT" --data-urlencode "user=u_scram"
-echo "$BODY" | grep -q "none was given" || fail "scram without a password: $BODY"
+grep -q "none was given" <<<"$BODY" || fail "scram without a password: $BODY"
 
 # --- PostgreSQL gone: connection refused quickly, a 503 ---------------------
 "$CRIER_BIN" cluster stop "$PGA" >/dev/null
 start=$(date +%s%N)
 auth u_trust ""
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-echo "$BODY" | grep -q "cannot connect to PostgreSQL" || fail "a stopped cluster: $BODY"
+grep -q "cannot connect to PostgreSQL" <<<"$BODY" || fail "a stopped cluster: $BODY"
 [ "$elapsed_ms" -lt 2000 ] || fail "a stopped cluster took ${elapsed_ms} ms to refuse"
 
 stop_nginx

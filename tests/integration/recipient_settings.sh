@@ -49,6 +49,6 @@ LUA
 sql "SELECT crier.set_recipient_settings('acme', 'ann', '{\"time_zone\": \"America/Los_Angeles\"}')" >/dev/null
 printf '{"tenant": "acme", "type": "meeting", "entity_id": "m1", "payload": {"at": "2026-12-03T09:00:00Z"}}' >"$WORK/event.json"
 out=$("$CRIER_BIN" try --rules "$WORK/rules" "$WORK/event.json" 2>&1) || fail "crier try: $out"
-echo "$out" | grep -q "starts 01:00 PST" || fail "ann's stored zone in crier try: $out"
-echo "$out" | grep -q "starts 09:00 UTC" || fail "bob without a zone: $out"
+grep -q "starts 01:00 PST" <<<"$out" || fail "ann's stored zone in crier try: $out"
+grep -q "starts 09:00 UTC" <<<"$out" || fail "bob without a zone: $out"
 echo "ok"

@@ -78,7 +78,7 @@ if out=$("$CRIER_BIN" try --rules "$WORK/rules" --rules-database "$SUPER" --tena
     --entity e2 --payload '{}' 2>&1); then
     fail "try ran a rule query as a superuser: $out"
 fi
-echo "$out" | grep -q "is a superuser" || fail "try says why: $out"
+grep -q "is a superuser" <<<"$out" || fail "try says why: $out"
 [ ! -e "$WORK/pwned" ] || fail "try's COPY TO PROGRAM ran a program"
 
 # ...unless the operator says so explicitly, and then loudly.

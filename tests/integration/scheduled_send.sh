@@ -38,7 +38,7 @@ grep -q "^timers.pending.send: 3 (earliest due .*, in [0-9]* s)$" "$WORK/status.
 if out=$(sql "SELECT crier.emit('acme', 'ping', 'bad', '{}', NULL, 'infinity')" 2>&1); then
     fail "an infinite time was accepted"
 fi
-echo "$out" | grep -q "not_before must be a finite time" || fail "unclear error: $out"
+grep -q "not_before must be a finite time" <<<"$out" || fail "unclear error: $out"
 if out=$(sql "SELECT crier.emit('acme', 'ping', 'bad', '{}', NULL, 'tomorrow at eight')" 2>&1); then
     fail "a malformed time was accepted"
 fi

@@ -61,10 +61,10 @@ out=$(try comment.created c1 '{"text": "hi"}')
 echo "$out" | grep -qxF "    timing: joins digest comment.created for alice, a window of 1 h from its first item, at most 50 \
 items (a full window is sent at once)" || fail "try says the digest: $out"
 out=$(try build.failed b1)
-echo "$out" | grep -qxF "    timing: at most 1 per 1 h for throttle key build.failed (the excess is suppressed)" ||
+grep -qxF "    timing: at most 1 per 1 h for throttle key build.failed (the excess is suppressed)" <<<"$out" ||
     fail "try says the throttle: $out"
 out=$(try invoice.paid i1)
-if echo "$out" | grep -q "timing:"; then fail "a delivery without time fields has no timing line: $out"; fi
+if grep -q "timing:" <<<"$out"; then fail "a delivery without time fields has no timing line: $out"; fi
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.events")" "try stored nothing"
 
 emit() { # TYPE ENTITY [PAYLOAD]
