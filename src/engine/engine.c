@@ -131,10 +131,8 @@ static void engine_write_status(engine *e)
         return;
     crier_pg_params *p = &e->status_params;
     const crier_rules_reloader *rl = &e->reloader;
-    int fast = 0, slow = 0, sending = 0;
-    uint64_t done = 0, slow_done = 0, claimed = 0;
-    fast = crier_fanout_in_flight(e->fanout);
-    done = crier_fanout_get_stats(e->fanout)->events_done;
+    int fast = crier_fanout_in_flight(e->fanout), slow = 0, sending = 0;
+    uint64_t done = crier_fanout_get_stats(e->fanout)->events_done, slow_done = 0, claimed = 0;
     for (int i = 0; i < e->n_fanouts - 1; i++) {
         int n;
         uint64_t d;
@@ -255,6 +253,8 @@ static bool engine_fanouts_idle(const engine *e)
     return true;
 }
 
+/* While stopping: no fast-lane batch is in flight (the threads' loops have
+ * ended, which they do once a stop request finds them between batches). */
 static bool engine_fanouts_between_batches(const engine *e)
 {
     if (!crier_fanout_between_batches(e->fanout))

@@ -371,9 +371,10 @@ static const char SQL_TIMING[] = "SELECT crier.apply_timing()";
  * SQL_WRITE_NEW, and the batch runs again checked.
  *
  * SQL_IDS also sets synchronous_commit for the rest of the transaction: off
- * when the batch has no audience items ($4; else it stays as configured), so that its COMMIT does not wait
- * for the WAL flush (4-5 % of a fan-out connection's time, and the flush
- * holds WALWriteLock against the other connection's COPY). What a server
+ * when the batch has no audience items ($4; else it stays as configured), so
+ * that its COMMIT does not wait for the WAL flush (4-5 % of a fan-out
+ * connection's time, and the flush holds WALWriteLock against the other
+ * connection's COPY). What a server
  * crash can lose is then the last ~0.6 s of such batches (3 x
  * wal_writer_delay), whole, with their events' done marks: the events are
  * pending again and fanned out again with the same keys and message ids. A
