@@ -119,6 +119,7 @@ enum {
     WRITE_DELIVERY_RECIPIENT,  /* $35 text[]: recipient */
     WRITE_DELIVERY_EVENT_TYPE, /* $36 text[]: and event type */
     WRITE_COPIED,              /* $37 text: notifications this batch wrote by COPY (for GET /metrics) */
+    WRITE_LANE,                /* $38 text: the lane the batch was claimed from (its queue rows) */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -169,7 +170,8 @@ struct crier_fanout {
     ev_timer plan_more;
 
     /* Parameter arrays of the statements in flight (kept until the callback);
-     * cols[WRITE_RULES_VERSION] and cols[WRITE_MAX_ATTEMPTS] stay unused. */
+     * cols[WRITE_RULES_VERSION], cols[WRITE_MAX_ATTEMPTS], cols[WRITE_COPIED] and
+     * cols[WRITE_LANE] stay unused. */
     crier_pg_array settings_cols[N_SETTINGS_PARAMS];
     bool batch_settings; /* the rules hold stored settings for this batch (crier_rules_end_batch) */
     crier_pg_array cols[N_WRITE_PARAMS];
@@ -180,6 +182,7 @@ struct crier_fanout {
     size_t rows_done;       /* plan recipients in rows so far */
     bool rows_dropped;      /* a delivery on the feed or with a timing: not by COPY */
     char copied_text[24];  /* WRITE_COPIED */
+    char lane_text[8];     /* WRITE_LANE */
     char ids_text[24];     /* SQL_IDS' $1 */
     char begin_claim[512]; /* SQL_BEGIN_CLAIM with the limit and lane */
     char max_attempts_text[24];
@@ -334,10 +337,16 @@ static const char SQL_SETTINGS[] =
     "          * (0.5 + random() / 2))" \
     "  FROM unnest($16::bigint[], $17::text[], $18::bool[]) AS f(id, error, permanent)" \
     "  WHERE e.id = f.id" \
-    "  RETURNING e.state" \
+    "  RETURNING e.id, e.state" \
     "), slowed AS (" \
     "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])" \
     "  RETURNING 1" \
+    /* the claim's queue rows (sql/025_event_queue.sql) of the events done, quarantined \
+     * or moved to the slow lane; a failed event still pending keeps its row, which \
+     * crier.queue_updated_event gives the new available_at */ \
+    "), dequeued AS (" \
+    "  DELETE FROM crier.event_queue q WHERE q.lane = $38::smallint" \
+    "    AND q.id = ANY($15::bigint[] || $32::bigint[] || ARRAY(SELECT id FROM failed WHERE state = 'dead'))" \
     ")" \
     /* GET /metrics' counters, in the batch's transaction (sql/functions/metrics_fanout.sql) */ \
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done)," \
@@ -934,6 +943,8 @@ static void fanout_send_write(crier_fanout *f)
             crier_pg_params_text(&f->params, f->max_attempts_text);
         else if (i == WRITE_COPIED)
             crier_pg_params_text(&f->params, f->copied_text);
+        else if (i == WRITE_LANE)
+            crier_pg_params_text(&f->params, f->lane_text);
         else
             crier_pg_params_array(&f->params, &c[i]);
     }
@@ -1161,6 +1172,7 @@ crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *
     f->opts.batch_budget = opts && opts->batch_budget > 0 ? opts->batch_budget : 2.0;
     f->opts.copy_min = opts && opts->copy_min > 0 ? opts->copy_min : 256;
     snprintf(f->begin_claim, sizeof f->begin_claim, SQL_BEGIN_CLAIM, f->opts.batch_size, (int)f->opts.lane);
+    snprintf(f->lane_text, sizeof f->lane_text, "%d", (int)f->opts.lane);
     fanout_take_rules(f, rules);
     f->committed = committed;
     f->committed_ud = ud;
