@@ -22,7 +22,9 @@ BEGIN
         RAISE EXCEPTION 'crier.emit: tenant must be a non-empty string of at most 200 characters'
             USING ERRCODE = '22023';
     END IF;
-    IF p_event_type IS NULL OR p_event_type !~ '^[A-Za-z0-9_.-]{1,200}$' THEN
+    -- (a length test and '+', not '{1,200}': PostgreSQL's regex engine expands a bounded
+    -- repetition into 200 states, which cost 16 us per emit, a quarter of the whole call)
+    IF p_event_type IS NULL OR length(p_event_type) > 200 OR p_event_type !~ '^[A-Za-z0-9_.-]+$' THEN
         RAISE EXCEPTION 'crier.emit: event type % is invalid: use 1-200 letters, digits, ".", "_" or "-"',
             coalesce(quote_literal(p_event_type), 'NULL') USING ERRCODE = '22023';
     END IF;

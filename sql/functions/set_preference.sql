@@ -7,7 +7,7 @@ BEGIN
     IF p_tenant IS NULL OR p_tenant = '' OR p_recipient_id IS NULL OR p_recipient_id = '' THEN
         RAISE EXCEPTION 'crier.set_preference: tenant and recipient id are required' USING ERRCODE = '22023';
     END IF;
-    IF p_event_type IS NULL OR (p_event_type <> '*' AND p_event_type !~ '^[A-Za-z0-9_.-]{1,200}$') THEN
+    IF p_event_type IS NULL OR (p_event_type <> '*' AND (length(p_event_type) > 200 OR p_event_type !~ '^[A-Za-z0-9_.-]+$')) THEN
         RAISE EXCEPTION 'crier.set_preference: event type must be ''*'' or a type name, got %',
             coalesce(quote_literal(p_event_type), 'NULL') USING ERRCODE = '22023';
     END IF;
