@@ -230,6 +230,14 @@ CREATE FUNCTION crier.check_quiet_hours(p_where text, p_quiet jsonb) RETURNS voi
     AS $$ … $$; -- the body: sql/functions/check_quiet_hours.sql
 
 --
+-- Name: claim_batch(integer, smallint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.claim_batch(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text, locked boolean, has_settings boolean)
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/claim_batch.sql
+
+--
 -- Name: claim_deliveries(integer, integer, double precision); Type: FUNCTION; Schema: crier; Owner: -
 --
 

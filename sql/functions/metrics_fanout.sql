@@ -5,19 +5,35 @@
 -- (commit -> fan-out), crier_events_quarantined_total, and feed items
 -- suppressed by a preference (suppressed deliveries of the other channels are
 -- rows, counted by crier.metrics_delivery_state). Returns 0.
+--
+-- One INSERT (the latency histogram computed here as crier.metric_observe does): through
+-- crier.metric_add and crier.metric_observe it took two nested functions and three
+-- statements, 0.25-0.48 ms of a batch's 0.7 ms write at 1,500 events/s (batches of four).
 CREATE OR REPLACE FUNCTION crier.metrics_fanout(p_created bigint, p_quarantined bigint,
                                                 p_latency double precision[], p_feed_suppressed bigint)
 RETURNS integer LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM crier.metric_add(
-        ARRAY['crier_notifications_created_total', 'crier_events_fanned_out_total', 'crier_events_quarantined_total',
-              'crier_notifications_suppressed_total'],
-        ARRAY['', '', '', 'channel'], ARRAY['', '', '', 'feed'], ARRAY['', '', '', 'reason'],
-        ARRAY['', '', '', 'preference'],
-        ARRAY[p_created, coalesce(cardinality(p_latency), 0), p_quarantined, p_feed_suppressed]::double precision[]);
-    IF cardinality(p_latency) > 0 THEN
-        PERFORM crier.metric_observe('crier_fanout_latency_seconds', '', NULL, p_latency);
-    END IF;
+    INSERT INTO crier.metric_counters AS c (metric, label1, value1, label2, value2, shard, value)
+    SELECT a.m, a.l1, a.v1, a.l2, a.v2, pg_backend_pid(), sum(a.n)
+    FROM (
+        VALUES ('crier_notifications_created_total', '', '', '', '', p_created::double precision),
+               ('crier_events_fanned_out_total', '', '', '', '', coalesce(cardinality(p_latency), 0)),
+               ('crier_events_quarantined_total', '', '', '', '', p_quarantined),
+               ('crier_notifications_suppressed_total', 'channel', 'feed', 'reason', 'preference', p_feed_suppressed)
+        UNION ALL
+        -- the bucket "le" of a latency: the smallest bound >= it (+Inf above the last)
+        SELECT 'crier_fanout_latency_seconds_bucket', '', '', 'le',
+               coalesce((SELECT min(u) FROM unnest(crier.metric_buckets()) AS u WHERE u >= x.s)::text, '+Inf'), 1
+        FROM unnest(p_latency) AS x(s) WHERE x.s IS NOT NULL
+        UNION ALL
+        SELECT 'crier_fanout_latency_seconds_sum', '', '', '', '', x.s FROM unnest(p_latency) AS x(s) WHERE x.s IS NOT NULL
+        UNION ALL
+        SELECT 'crier_fanout_latency_seconds_count', '', '', '', '', 1 FROM unnest(p_latency) AS x(s) WHERE x.s IS NOT NULL
+    ) AS a(m, l1, v1, l2, v2, n)
+    GROUP BY a.m, a.l1, a.v1, a.l2, a.v2
+    HAVING sum(a.n) <> 0
+    ORDER BY a.m, a.l1, a.v1, a.l2, a.v2
+    ON CONFLICT (metric, label1, value1, label2, value2, shard) DO UPDATE SET value = c.value + EXCLUDED.value;
     RETURN 0;
 END
 $$;

@@ -200,9 +200,11 @@ struct crier_fanout {
 
 /* The batch's transaction opens with its claim, in one round trip (two
  * statements in one simple query; the limit and the lane are the worker's
- * own integers, written in by crier_fanout_new). crier.claim_events
- * (sql/functions/claim_events.sql) reads in the order of events_pending_lane
- * whatever the statistics say and locks the rows; then each claimed event
+ * own integers, written in by crier_fanout_new). crier.claim_batch
+ * (sql/functions/claim_batch.sql; a function, so that the claim is not parsed
+ * and planned for every batch) sets the transaction's planner settings, and
+ * crier.claim_events claims rows of crier.event_queue along its primary key
+ * whatever the statistics say and locks them; then each claimed event
  * tries its entity's advisory lock, in id order (a function scan returns its
  * rows before the select list runs on them), so that no two workers fan out
  * events of one entity at once: an event whose lock another worker holds is
@@ -210,7 +212,7 @@ struct crier_fanout {
  * computed in SQL (crier.event_lock_key, the same value as crier_key_lock);
  * it used to be sent in a statement of its own, one more round trip per batch.
  *
- * The transaction (SET LOCAL: set for it only, once, where set_config in the
+ * The transaction (set for it only, once, where set_config in the
  * claim's select list ran twice per claimed row) runs
  * cached statements with their generic plans, and reaches rows by their
  * indexes, never by a sequential scan. The write is built for its generic
@@ -223,12 +225,7 @@ struct crier_fanout {
  * through sequential scans and was kept while the tables grew (1.57 ms per
  * batch); without sequential scans the plan is the same whatever the
  * statistics say. */
-static const char SQL_BEGIN_CLAIM[] =
-    "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off;"
-    " SELECT c.id, c.tenant, c.event_type, c.entity_id, c.payload, c.attempts, c.cursor,"
-    " pg_try_advisory_xact_lock(crier.event_lock_key(c.tenant, c.event_type, c.entity_id)),"
-    " EXISTS (SELECT FROM crier.recipient_settings)"
-    " FROM crier.claim_events(%d, %d::smallint) AS c";
+static const char SQL_BEGIN_CLAIM[] = "BEGIN; SELECT * FROM crier.claim_batch(%d, %d::smallint)";
 
 /* The stored settings of the batch's recipients (sql/017_recipient_settings.sql). */
 static const char SQL_SETTINGS[] =

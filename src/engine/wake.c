@@ -123,7 +123,8 @@ static void wake_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
     if (!crier_pg_ok(w->pg) || w->probing)
         return;
     if (!w->idle(w->ud)) {
-        /* a batch runs: let the fast lane claim again right after it, no probe needed */
+        /* a batch runs: a worker without one claims now, no probe needed (the
+         * engine kicks one; a worker whose batch was full goes on by itself) */
         w->kick(w->ud);
         return;
     }
@@ -137,7 +138,7 @@ static void wake_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
         }
         return;
     }
-    if (crier_pg_query(w->pg, SQL_PROBE, NULL, wake_on_probe, w) == 0)
+    if (crier_pg_query_prepared(w->pg, "crier_wake_probe", SQL_PROBE, NULL, wake_on_probe, w) == 0)
         w->probing = true;
 }
 
