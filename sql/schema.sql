@@ -565,22 +565,6 @@ CREATE FUNCTION crier.probe_delay(p_base double precision, p_probes integer) RET
     AS $$ … $$; -- the body: sql/functions/probe_delay.sql
 
 --
--- Name: queue_inserted_events(); Type: FUNCTION; Schema: crier; Owner: -
---
-
-CREATE FUNCTION crier.queue_inserted_events() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$ … $$; -- the body: sql/functions/queue_inserted_events.sql
-
---
--- Name: queue_updated_event(); Type: FUNCTION; Schema: crier; Owner: -
---
-
-CREATE FUNCTION crier.queue_updated_event() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$ … $$; -- the body: sql/functions/queue_updated_event.sql
-
---
 -- Name: quiet_hours_end(timestamp with time zone, text, jsonb); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -787,16 +771,6 @@ CREATE TABLE crier.audience_items (
 );
 
 --
--- Name: dead_events; Type: TABLE; Schema: crier; Owner: -
---
-
-CREATE TABLE crier.dead_events (
-    id bigint NOT NULL,
-    tenant text NOT NULL,
-    processed_at timestamp with time zone
-);
-
---
 -- Name: deliveries; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -940,16 +914,6 @@ CREATE SEQUENCE crier.endpoints_id_seq
 ALTER SEQUENCE crier.endpoints_id_seq OWNED BY crier.endpoints.id;
 
 --
--- Name: event_queue; Type: TABLE; Schema: crier; Owner: -
---
-
-CREATE TABLE crier.event_queue (
-    lane smallint NOT NULL,
-    id bigint NOT NULL,
-    available_at timestamp with time zone NOT NULL
-);
-
---
 -- Name: events; Type: TABLE; Schema: crier; Owner: -
 --
 
@@ -976,8 +940,7 @@ CREATE TABLE crier.events (
     CONSTRAINT events_lane_check CHECK ((lane = ANY (ARRAY[0, 1]))),
     CONSTRAINT events_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'done'::text, 'dead'::text, 'scheduled'::text]))),
     CONSTRAINT events_tenant_check CHECK ((tenant <> ''::text))
-)
-WITH (fillfactor='40');
+);
 
 --
 -- Name: events_id_seq; Type: SEQUENCE; Schema: crier; Owner: -
@@ -1102,32 +1065,6 @@ CREATE SEQUENCE crier.notifications_id_seq
 --
 
 ALTER SEQUENCE crier.notifications_id_seq OWNED BY crier.notifications.id;
-
---
--- Name: pending_events; Type: VIEW; Schema: crier; Owner: -
---
-
-CREATE VIEW crier.pending_events AS
- SELECT e.id,
-    e.tenant,
-    e.event_type,
-    e.entity_id,
-    e.payload,
-    e.dedupe_key,
-    e.state,
-    e.attempts,
-    e.available_at,
-    e.last_error,
-    e.rules_version,
-    e.created_at,
-    e.processed_at,
-    e.cursor,
-    e.pages,
-    e.lane,
-    e.not_before
-   FROM (crier.event_queue q
-     JOIN crier.events e ON (((e.id = q.id) AND (e.lane = q.lane))))
-  WHERE (e.state = 'pending'::text);
 
 --
 -- Name: preferences; Type: TABLE; Schema: crier; Owner: -
@@ -1357,13 +1294,6 @@ ALTER TABLE ONLY crier.audience_items
     ADD CONSTRAINT audience_items_pkey PRIMARY KEY (id);
 
 --
--- Name: dead_events dead_events_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.dead_events
-    ADD CONSTRAINT dead_events_pkey PRIMARY KEY (id);
-
---
 -- Name: deliveries deliveries_notification_id_channel_key; Type: CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1411,13 +1341,6 @@ ALTER TABLE ONLY crier.endpoints
 
 ALTER TABLE ONLY crier.endpoints
     ADD CONSTRAINT endpoints_tenant_channel_target_key UNIQUE (tenant, channel, target);
-
---
--- Name: event_queue event_queue_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
---
-
-ALTER TABLE ONLY crier.event_queue
-    ADD CONSTRAINT event_queue_pkey PRIMARY KEY (lane, id);
 
 --
 -- Name: events events_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
@@ -1570,12 +1493,6 @@ CREATE INDEX audience_items_audience ON crier.audience_items USING btree (tenant
 CREATE INDEX audience_items_audience_txid ON crier.audience_items USING btree (tenant, audience, txid);
 
 --
--- Name: dead_events_tenant; Type: INDEX; Schema: crier; Owner: -
---
-
-CREATE INDEX dead_events_tenant ON crier.dead_events USING btree (tenant, processed_at);
-
---
 -- Name: deliveries_dead; Type: INDEX; Schema: crier; Owner: -
 --
 
@@ -1618,10 +1535,22 @@ CREATE UNIQUE INDEX digests_open ON crier.digests USING btree (tenant, recipient
 CREATE INDEX endpoints_probe ON crier.endpoints USING btree (next_probe_at) WHERE (state = 'paused'::text);
 
 --
+-- Name: events_dead; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX events_dead ON crier.events USING btree (tenant, processed_at) WHERE (state = 'dead'::text);
+
+--
 -- Name: events_entity; Type: INDEX; Schema: crier; Owner: -
 --
 
 CREATE INDEX events_entity ON crier.events USING btree (tenant, entity_id, event_type);
+
+--
+-- Name: events_pending_lane; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX events_pending_lane ON crier.events USING btree (lane, id) WHERE (state = 'pending'::text);
 
 --
 -- Name: feed_items_person; Type: INDEX; Schema: crier; Owner: -
@@ -1760,18 +1689,6 @@ CREATE TRIGGER events_check_children_update AFTER UPDATE OF id ON crier.events F
 --
 
 CREATE TRIGGER events_notify AFTER INSERT ON crier.events FOR EACH STATEMENT EXECUTE FUNCTION crier.notify_events();
-
---
--- Name: events events_queue_inserted; Type: TRIGGER; Schema: crier; Owner: -
---
-
-CREATE TRIGGER events_queue_inserted AFTER INSERT ON crier.events REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION crier.queue_inserted_events();
-
---
--- Name: events events_queue_updated; Type: TRIGGER; Schema: crier; Owner: -
---
-
-CREATE TRIGGER events_queue_updated AFTER UPDATE ON crier.events FOR EACH ROW WHEN ((((new.state = 'pending'::text) AND ((old.state <> 'pending'::text) OR (old.lane <> new.lane) OR (old.available_at <> new.available_at))) OR ((new.state = 'dead'::text) <> (old.state = 'dead'::text)) OR ((new.state = 'dead'::text) AND ((old.processed_at IS DISTINCT FROM new.processed_at) OR (old.tenant <> new.tenant))))) EXECUTE FUNCTION crier.queue_updated_event();
 
 --
 -- Name: feed_items feed_items_notify; Type: TRIGGER; Schema: crier; Owner: -

@@ -21,13 +21,12 @@ WITH counters AS (
     SELECT DISTINCT c.metric, c.label1, c.value1 FROM counters c WHERE c.metric LIKE '%\_bucket'
 ), waiting AS (
     -- waiting for fan-out, or for their time (scheduled sends: one pending send timer each)
-    SELECT (SELECT count(*) FROM crier.pending_events)::double precision
+    SELECT (SELECT count(*) FROM crier.events WHERE state = 'pending')::double precision
          + (SELECT count(*) FROM crier.timers WHERE state = 'pending' AND kind = 'send') AS n
 )
     SELECT 'crier_events', 'state', 'pending', NULL, NULL, (SELECT n FROM waiting), ''
     UNION ALL
-    SELECT 'crier_events', 'state', 'dead', NULL, NULL, count(*), ''
-    FROM crier.dead_events x JOIN crier.events e ON e.id = x.id WHERE e.state = 'dead'
+    SELECT 'crier_events', 'state', 'dead', NULL, NULL, count(*), '' FROM crier.events WHERE state = 'dead'
     UNION ALL
     SELECT 'crier_outbox_oldest_pending_seconds', NULL, NULL, NULL, NULL, crier.api_outbox_lag(), ''
     UNION ALL

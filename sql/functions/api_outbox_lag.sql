@@ -3,5 +3,5 @@
 -- its threshold.
 CREATE OR REPLACE FUNCTION crier.api_outbox_lag() RETURNS double precision LANGUAGE sql STABLE AS $$
     SELECT coalesce(extract(epoch FROM now() - min(available_at))::double precision, 0)
-    FROM crier.pending_events WHERE available_at <= now()
+    FROM crier.events WHERE state = 'pending' AND available_at <= now()
 $$;

@@ -29,10 +29,10 @@ RETURNS json LANGUAGE sql STABLE AS $$
     ), minutes AS (
         SELECT generate_series((SELECT t FROM since), date_trunc('minute', now()), interval '1 minute') AS m
     ), waiting AS (
-        SELECT tenant, 'events_pending' AS what, count(*) AS n FROM crier.pending_events GROUP BY tenant
+        SELECT tenant, 'events_pending' AS what, count(*) AS n FROM crier.events WHERE state = 'pending'
+            GROUP BY tenant
         UNION ALL
-        SELECT e.tenant, 'events_dead', count(*) FROM crier.dead_events x JOIN crier.events e ON e.id = x.id
-            WHERE e.state = 'dead' GROUP BY e.tenant
+        SELECT tenant, 'events_dead', count(*) FROM crier.events WHERE state = 'dead' GROUP BY tenant
         UNION ALL
         SELECT tenant, 'deliveries_' || crier.delivery_state(state, lease_until), count(*) FROM crier.deliveries
             WHERE state = 'pending' GROUP BY 1, 2

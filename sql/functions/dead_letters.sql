@@ -22,8 +22,8 @@ LANGUAGE sql STABLE AS $$
     SELECT 'event', e.id, e.tenant, e.id, e.event_type, e.entity_id, NULL, NULL, NULL, e.attempts,
            e.processed_at, NULL, e.last_error,
            coalesce((extract(epoch FROM e.processed_at) * 1000000)::bigint, 0), 1
-    FROM crier.dead_events x JOIN crier.events e ON e.id = x.id
-    WHERE e.state = 'dead' AND (p_tenant IS NULL OR x.tenant = p_tenant)
+    FROM crier.events e
+    WHERE e.state = 'dead' AND (p_tenant IS NULL OR e.tenant = p_tenant)
       AND (p_kind IS NULL OR p_kind = 'event') AND p_id IS NULL AND p_channel IS NULL
       AND (p_event IS NULL OR e.id = p_event)
       AND (p_type IS NULL OR e.event_type = p_type)

@@ -27,8 +27,6 @@ BEGIN
             ORDER BY e.id LIMIT p_limit FOR UPDATE SKIP LOCKED
         ), gone AS (
             DELETE FROM crier.events e USING old WHERE e.id = old.id RETURNING 1
-        ), dead AS (
-            DELETE FROM crier.dead_events x USING old WHERE x.id = old.id
         ) SELECT (SELECT count(*) FROM gone), (SELECT max(id) FROM old) INTO deleted, last_id;
     WHEN 'deliveries' THEN
         WITH old AS (

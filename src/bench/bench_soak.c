@@ -118,7 +118,7 @@ static int soak_take(PGconn *conn, double since_s, soak_sample *s)
     s->delivered = v[0];
     s->lag_p99_ms = v[1];
     if (crier_bench_query_numbers(conn,
-                                  "SELECT (SELECT count(*) FROM crier.pending_events),"
+                                  "SELECT (SELECT count(*) FROM crier.events WHERE state = 'pending'),"
                                   " (SELECT count(*) FROM crier.deliveries WHERE state = 'pending'"
                                   "   AND due_at <= now() AND (lease_until IS NULL OR lease_until <= now())),"
                                   " (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"

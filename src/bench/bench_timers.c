@@ -532,7 +532,7 @@ static int bench_phase_fanout(bench_ctx *b, bool digest, bench_run *run)
                                                          sizeof log) < 0)
         return -1;
     if (bench_wait_until(b,
-                         "SELECT (NOT EXISTS (SELECT 1 FROM crier.pending_events))::int,"
+                         "SELECT (NOT EXISTS (SELECT 1 FROM crier.events WHERE state = 'pending'))::int,"
                          " extract(epoch FROM clock_timestamp())",
                          0.1, 120 + b->o.events / 100.0, "every event fanned out", log, NULL) < 0)
         goto fail;

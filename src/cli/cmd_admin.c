@@ -366,7 +366,7 @@ static int status_print(PGconn *conn)
         printf("%s.%s: %s\n", PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
     PQclear(res);
     res = PQexec(conn, "SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0)"
-                       " FROM crier.pending_events");
+                       " FROM crier.events WHERE state = 'pending'");
     if (PQresultStatus(res) == PGRES_TUPLES_OK)
         printf("outbox.oldest_pending_seconds: %s\n", PQgetvalue(res, 0, 0));
     PQclear(res);

@@ -119,7 +119,6 @@ enum {
     WRITE_DELIVERY_RECIPIENT,  /* $35 text[]: recipient */
     WRITE_DELIVERY_EVENT_TYPE, /* $36 text[]: and event type */
     WRITE_COPIED,              /* $37 text: notifications this batch wrote by COPY (for GET /metrics) */
-    WRITE_LANE,                /* $38 text: the lane the batch was claimed from (its queue rows) */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -170,8 +169,8 @@ struct crier_fanout {
     ev_timer plan_more;
 
     /* Parameter arrays of the statements in flight (kept until the callback);
-     * cols[WRITE_RULES_VERSION], cols[WRITE_MAX_ATTEMPTS], cols[WRITE_COPIED] and
-     * cols[WRITE_LANE] stay unused. */
+     * cols[WRITE_RULES_VERSION], cols[WRITE_MAX_ATTEMPTS] and cols[WRITE_COPIED]
+     * stay unused. */
     crier_pg_array settings_cols[N_SETTINGS_PARAMS];
     bool batch_settings; /* the rules hold stored settings for this batch (crier_rules_end_batch) */
     crier_pg_array cols[N_WRITE_PARAMS];
@@ -182,7 +181,6 @@ struct crier_fanout {
     size_t rows_done;       /* plan recipients in rows so far */
     bool rows_dropped;      /* a delivery on the feed or with a timing: not by COPY */
     char copied_text[24];  /* WRITE_COPIED */
-    char lane_text[8];     /* WRITE_LANE */
     char ids_text[24];     /* SQL_IDS' $1 */
     char begin_claim[512]; /* SQL_BEGIN_CLAIM with the limit and lane */
     char max_attempts_text[24];
@@ -203,8 +201,9 @@ struct crier_fanout {
  * own integers, written in by crier_fanout_new). crier.claim_batch
  * (sql/functions/claim_batch.sql; a function, so that the claim is not parsed
  * and planned for every batch) sets the transaction's planner settings, and
- * crier.claim_events claims rows of crier.event_queue along its primary key
- * whatever the statistics say and locks them; then each claimed event
+ * crier.claim_events (sql/functions/claim_events.sql) reads in the order of
+ * events_pending_lane whatever the statistics say and locks the rows; then
+ * each claimed event
  * tries its entity's advisory lock, in id order (a function scan returns its
  * rows before the select list runs on them), so that no two workers fan out
  * events of one entity at once: an event whose lock another worker holds is
@@ -334,16 +333,10 @@ static const char SQL_SETTINGS[] =
     "          * (0.5 + random() / 2))" \
     "  FROM unnest($16::bigint[], $17::text[], $18::bool[]) AS f(id, error, permanent)" \
     "  WHERE e.id = f.id" \
-    "  RETURNING e.id, e.state" \
+    "  RETURNING e.state" \
     "), slowed AS (" \
     "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])" \
     "  RETURNING 1" \
-    /* the claim's queue rows (sql/025_event_queue.sql) of the events done, quarantined \
-     * or moved to the slow lane; a failed event still pending keeps its row, which \
-     * crier.queue_updated_event gives the new available_at */ \
-    "), dequeued AS (" \
-    "  DELETE FROM crier.event_queue q WHERE q.lane = $38::smallint" \
-    "    AND q.id = ANY($15::bigint[] || $32::bigint[] || ARRAY(SELECT id FROM failed WHERE state = 'dead'))" \
     ")" \
     /* GET /metrics' counters, in the batch's transaction (sql/functions/metrics_fanout.sql) */ \
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done)," \
@@ -940,8 +933,6 @@ static void fanout_send_write(crier_fanout *f)
             crier_pg_params_text(&f->params, f->max_attempts_text);
         else if (i == WRITE_COPIED)
             crier_pg_params_text(&f->params, f->copied_text);
-        else if (i == WRITE_LANE)
-            crier_pg_params_text(&f->params, f->lane_text);
         else
             crier_pg_params_array(&f->params, &c[i]);
     }
@@ -1169,7 +1160,6 @@ crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *
     f->opts.batch_budget = opts && opts->batch_budget > 0 ? opts->batch_budget : 2.0;
     f->opts.copy_min = opts && opts->copy_min > 0 ? opts->copy_min : 256;
     snprintf(f->begin_claim, sizeof f->begin_claim, SQL_BEGIN_CLAIM, f->opts.batch_size, (int)f->opts.lane);
-    snprintf(f->lane_text, sizeof f->lane_text, "%d", (int)f->opts.lane);
     fanout_take_rules(f, rules);
     f->committed = committed;
     f->committed_ud = ud;

@@ -81,13 +81,12 @@ assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE id = $event")" "the 
 sql "SELECT crier.emit('globex', 'invoice.created', 'lonely', '{\"invoice_id\": \"lonely\", \"amount_cents\": 1, \"currency\": \"USD\"}'::jsonb)" >/dev/null
 sql "DELETE FROM crier.events WHERE entity_id = 'lonely'"
 
-# A DELETE racing a fan-out batch: the batch holds its events (claimed FOR KEY SHARE, then
-# marked done), so the DELETE waits until the batch commits, then finds the new
-# notifications and fails.
+# A DELETE racing a fan-out batch: the batch holds its events (claimed FOR UPDATE), so the
+# DELETE waits until the batch commits, then finds the new notifications and fails.
 sql "SELECT crier.emit('globex', 'invoice.created', 'race', '{\"invoice_id\": \"race\", \"amount_cents\": 1, \"currency\": \"USD\"}'::jsonb)" >/dev/null
 race=$(sql "SELECT id FROM crier.events WHERE entity_id = 'race'")
 expect_23503_while_held "the racing batch" \
-    "SELECT id FROM crier.events WHERE id = $race FOR KEY SHARE;
+    "SELECT id FROM crier.events WHERE id = $race FOR UPDATE;
      INSERT INTO crier.notifications (key_hash, key, event_id, tenant, event_type, entity_id, recipient_id)
      VALUES (gen_random_uuid(), 'race-key', $race, 'globex', 'invoice.created', 'race', 'someone');
      UPDATE crier.events SET state = 'done' WHERE id = $race;" \

@@ -464,12 +464,11 @@ assert_eq 200 "$(as "$KEY" GET '/v1/feed/counts?user=ann')" "a request after the
 assert_eq 200 "$(call GET /healthz)" "healthy"
 
 note "healthz fails while an event cannot be fanned out"
-# The entity's advisory lock, as another worker fanning out an event of the
-# same entity holds it, keeps the engine away from an event that is made
-# pending and due a minute ago (the claim leaves it pending).
+# A share lock keeps the engine (FOR UPDATE SKIP LOCKED) away from an event
+# that is made pending and due a minute ago.
 (psql -XAtq "$CRIER_DATABASE_URL" -v ON_ERROR_STOP=1 <<SQL
 BEGIN;
-SELECT pg_advisory_xact_lock(crier.event_lock_key(tenant, event_type, entity_id)) FROM crier.events WHERE id = $EVENT1;
+SELECT 1 FROM crier.events WHERE id = $EVENT1 FOR KEY SHARE;
 SELECT pg_sleep(3);
 COMMIT;
 SQL
