@@ -8,9 +8,9 @@
 -- granted; has_settings whether crier.recipient_settings has rows (the same in every row).
 -- A function, so that its statements are planned once per connection: the same SELECT sent
 -- as a simple query was parsed, analyzed and planned for every batch, 9-13 % of a fan-out
--- connection's CPU at 300 events/s (batches of one to four; docs/BENCHMARKS.md, twelfth
--- session). set_config(…, true) here lasts until the transaction ends (this function has
--- no SET clause of its own).
+-- connection's CPU at 300 events/s (batches of one to four; perf of the fan-out backends).
+-- set_config(…, true) here lasts until the transaction ends (this function has no SET
+-- clause of its own).
 CREATE OR REPLACE FUNCTION crier.claim_batch(p_limit integer, p_lane smallint)
 RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
                "cursor" text, locked boolean, has_settings boolean)
