@@ -96,6 +96,15 @@ assert_eq "$(n "SELECT count(*) FROM crier.events WHERE state = 'done'")" \
     "$(m 'crier_fanout_latency_seconds_bucket{le="+Inf"}')" "commit->fan-out histogram counts every event"
 assert_eq "$(m 'crier_fanout_latency_seconds_count')" "$(m 'crier_fanout_latency_seconds_bucket{le="+Inf"}')" \
     "a histogram's count is its +Inf bucket"
+# a bucket's label: the smallest bound >= the observation (a bound itself
+# falls in its own bucket), +Inf above the last
+assert_eq "0.001 0.001 0.005 0.005 0.01 1800 +Inf +Inf" \
+    "$(n "SELECT string_agg(crier.metric_le(s), ' ' ORDER BY k) FROM unnest(ARRAY[-1, 0.001, 0.0011, 0.005,
+          0.0050001, 1800, 1800.5, 1e9]::float8[]) WITH ORDINALITY AS t(s, k)")" "bucket labels (crier.metric_le)"
+n "SELECT crier.metric_observe('crier_test_seconds', '', ARRAY[''], ARRAY[0.25]::float8[])" >/dev/null
+assert_eq 1 "$(n "SELECT value FROM crier.metric_counters WHERE metric = 'crier_test_seconds_bucket' AND value2 = '0.25'")" \
+    "an observation equal to a bound counts in that bound's bucket"
+n "DELETE FROM crier.metric_counters WHERE metric LIKE 'crier_test_seconds%'" >/dev/null
 assert_eq 8 "$(m 'crier_delivery_latency_seconds_count{channel="webhook"}')" "commit->delivered histogram"
 assert_eq "$(n "SELECT count(*) FROM crier.delivery_attempts WHERE outcome <> 'released'")" \
     "$(m 'crier_send_duration_seconds_count{channel="webhook"}')" "send duration histogram"
