@@ -509,6 +509,14 @@ CREATE FUNCTION crier.metric_buckets() RETURNS double precision[]
     AS $$ … $$; -- the body: sql/functions/metric_buckets.sql
 
 --
+-- Name: metric_le(double precision); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.metric_le(p_seconds double precision) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ … $$; -- the body: sql/functions/metric_le.sql
+
+--
 -- Name: metric_observe(text, text, text[], double precision[]); Type: FUNCTION; Schema: crier; Owner: -
 --
 
