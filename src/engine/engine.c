@@ -121,6 +121,21 @@ static void engine_on_status_written(void *ud, PGresult *res, const char *err)
         e->final_done = true;
 }
 
+/* Events the fast lane's workers have finished, all together (crier
+ * status, and the awake daemon's measure of load). */
+static uint64_t engine_fast_done(void *ud)
+{
+    const engine *e = ud;
+    uint64_t done = crier_fanout_get_stats(e->fanout)->events_done;
+    for (int i = 0; i < e->n_fanouts - 1; i++) {
+        int n;
+        uint64_t d;
+        crier_fanout_thread_activity(e->fast[i], &n, &d);
+        done += d;
+    }
+    return done;
+}
+
 /* Records what this worker runs and does in crier.rules_status (for crier
  * status, /metrics and /healthz): its rules, its heartbeat, the events and
  * sends it has in flight (the threads' counters are read through atomics),
@@ -133,13 +148,12 @@ static void engine_write_status(engine *e)
     crier_pg_params *p = &e->status_params;
     const crier_rules_reloader *rl = &e->reloader;
     int fast = crier_fanout_in_flight(e->fanout), slow = 0, sending = 0;
-    uint64_t done = crier_fanout_get_stats(e->fanout)->events_done, slow_done = 0, claimed = 0;
+    uint64_t done = engine_fast_done(e), slow_done = 0, claimed = 0;
     for (int i = 0; i < e->n_fanouts - 1; i++) {
         int n;
         uint64_t d;
         crier_fanout_thread_activity(e->fast[i], &n, &d);
         fast += n;
-        done += d;
     }
     if (e->slow)
         crier_fanout_thread_activity(e->slow, &slow, &slow_done);
@@ -682,7 +696,7 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     e.pg_wake = crier_pg_connect(e.loop, cfg->conninfo, "wake", err, err_len);
     if (!e.pg_wake)
         goto out;
-    e.wake = crier_wake_new(e.loop, e.pg_wake, &cfg->wake, engine_wake_kick, engine_wake_idle, &e);
+    e.wake = crier_wake_new(e.loop, e.pg_wake, &cfg->wake, engine_wake_kick, engine_wake_idle, engine_fast_done, &e);
     if (!e.wake) {
         snprintf(err, err_len, "out of memory");
         goto out;

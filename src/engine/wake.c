@@ -32,6 +32,7 @@ struct crier_wake {
     crier_wake_options opts;
     crier_wake_kick_fn kick;
     crier_wake_idle_fn idle;
+    crier_wake_done_fn done;
     void *ud;
 
     crier_wake_state state;
@@ -40,8 +41,34 @@ struct crier_wake {
     bool stopping;
     double last_busy;  /* monotonic seconds */
     uint64_t sleeps;
-    ev_timer tick;     /* every awake_poll while AWAKE */
+    ev_timer tick;     /* every awake_poll (or linger, under load) while AWAKE */
+    bool lingering;    /* under load: the tick comes every linger seconds */
+    double rate_at;    /* monotonic seconds of the last rate sample */
+    uint64_t rate_done; /* w->done() then */
 };
+
+#define WAKE_RATE_WINDOW 0.1 /* seconds over which the fast lane's rate is measured */
+
+static void wake_set_lingering(crier_wake *w, bool on)
+{
+    if (w->lingering == on)
+        return;
+    w->lingering = on;
+    w->tick.repeat = on ? w->opts.linger : w->opts.awake_poll;
+    crier_debug("wake", on ? "under load: probing every %.0f ms" : "load gone: probing every %.0f ms",
+                w->tick.repeat * 1000);
+}
+
+/* Every WAKE_RATE_WINDOW: the fast lane's rate decides the tick's interval. */
+static void wake_sample_rate(crier_wake *w, double now)
+{
+    if (w->opts.linger <= 0 || now - w->rate_at < WAKE_RATE_WINDOW)
+        return;
+    uint64_t done = w->done(w->ud);
+    wake_set_lingering(w, (double)(done - w->rate_done) / (now - w->rate_at) >= w->opts.linger_rate);
+    w->rate_done = done;
+    w->rate_at = now;
+}
 
 static void wake_tick_start(crier_wake *w)
 {
@@ -120,6 +147,8 @@ static void wake_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
         ev_timer_stop(loop, t);
         return;
     }
+    double now = crier_clock_s();
+    wake_sample_rate(w, now);
     if (!crier_pg_ok(w->pg) || w->probing)
         return;
     if (!w->idle(w->ud)) {
@@ -128,8 +157,9 @@ static void wake_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
         w->kick(w->ud);
         return;
     }
-    if (crier_clock_s() - w->last_busy >= w->opts.sleep_after) {
+    if (now - w->last_busy >= w->opts.sleep_after) {
         ev_timer_stop(loop, t);
+        wake_set_lingering(w, false);
         w->state = CRIER_WAKE_ACQUIRING;
         if (crier_pg_query(w->pg, SQL_SLEEP, NULL, wake_on_result, w) < 0) {
             w->state = CRIER_WAKE_AWAKE;
@@ -143,7 +173,8 @@ static void wake_tick_cb(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 crier_wake *crier_wake_new(struct ev_loop *loop, crier_pg *pg, const crier_wake_options *opts,
-                           crier_wake_kick_fn kick, crier_wake_idle_fn idle, void *ud)
+                           crier_wake_kick_fn kick, crier_wake_idle_fn idle, crier_wake_done_fn done,
+                           void *ud)
 {
     crier_wake *w = calloc(1, sizeof *w);
     if (!w)
@@ -152,8 +183,13 @@ crier_wake *crier_wake_new(struct ev_loop *loop, crier_pg *pg, const crier_wake_
     w->pg = pg;
     w->opts.awake_poll = opts && opts->awake_poll > 0 ? opts->awake_poll : 0.002;
     w->opts.sleep_after = opts && opts->sleep_after > 0 ? opts->sleep_after : 0.1;
+    w->opts.linger = !opts || opts->linger == 0 ? 0.01 : opts->linger;
+    w->opts.linger_rate = opts && opts->linger_rate > 0 ? opts->linger_rate : 2000;
     w->kick = kick;
     w->idle = idle;
+    w->done = done;
+    w->rate_at = crier_clock_s();
+    w->rate_done = done(ud);
     w->ud = ud;
     w->last_busy = crier_clock_s();
     ev_init(&w->tick, wake_tick_cb);
@@ -192,6 +228,11 @@ void crier_wake_poll(crier_wake *w)
         w->last_busy = crier_clock_s();
         wake_tick_start(w);
     }
+}
+
+bool crier_wake_lingering(const crier_wake *w)
+{
+    return w->lingering;
 }
 
 crier_wake_state crier_wake_get_state(const crier_wake *w)

@@ -12,6 +12,11 @@
  * seen by that check as soon as it commits, never left to the fallback poll.
  * While awake (it found work within the last sleep_after seconds) the daemon
  * probes for pending events every awake_poll seconds, one cheap statement.
+ * Under load (the fast lane finished at least linger_rate events a second over
+ * the last 100 ms) it probes, and lets an idle worker claim, every linger
+ * seconds instead: bigger batches and less database work per event, for a
+ * few ms more latency while it is busy anyway (a worker whose batch was full
+ * claims again at once either way).
  *
  * The lock lives on its own connection: a lock wait there never holds back
  * LISTEN's notifications or a batch. If that connection breaks while asleep,
@@ -45,17 +50,25 @@ typedef void (*crier_wake_kick_fn)(void *ud);
 /* Is the fast lane between batches? Asked before falling asleep and before a
  * probe (while a batch runs, the daemon kicks it instead of probing). */
 typedef bool (*crier_wake_idle_fn)(void *ud);
+/* Events the fast lane has finished so far (a counter that only grows). */
+typedef uint64_t (*crier_wake_done_fn)(void *ud);
 
 typedef struct {
     double awake_poll;  /* seconds between probes while awake (default 0.002) */
     double sleep_after; /* seconds without work before falling asleep (default 0.1) */
+    double linger;      /* seconds between probes under load (default 0.01; < 0: never) */
+    double linger_rate; /* events/s from which the daemon is under load (default 2000) */
 } crier_wake_options;
 
 /* Creates the sleep announcement on pg (its own connection, owned by the
  * caller and used for nothing else). The daemon starts awake. Returns NULL
  * when out of memory. */
 crier_wake *crier_wake_new(struct ev_loop *loop, crier_pg *pg, const crier_wake_options *opts,
-                           crier_wake_kick_fn kick, crier_wake_idle_fn idle, void *ud);
+                           crier_wake_kick_fn kick, crier_wake_idle_fn idle, crier_wake_done_fn done,
+                           void *ud);
+
+/* Whether the daemon probes every linger seconds now (for logs, tests). */
+bool crier_wake_lingering(const crier_wake *w);
 
 /* The fast lane found work: stay awake, or wake (release the lock). */
 void crier_wake_busy(crier_wake *w);

@@ -79,6 +79,40 @@ fi
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" || fail "crier serve exited with an error"
 
+# Under load the awake daemon looks every --linger instead of every
+# --awake-poll (fewer, bigger batches); below --linger-rate it goes back. A
+# batch's events share processed_at (its transaction's now()), so distinct
+# values count batches.
+note "under load (1,000 emits/s against --linger-rate 300): probes every 50 ms, bigger batches"
+cat >"$WORK/load.sql" <<'SQL'
+SELECT crier.emit('acme', 'invoice.created', 'load_' || :client_id || '_' || random(),
+    '{"invoice_id": "x", "amount_cents": 1, "currency": "EUR"}');
+SQL
+CRIER_LOG=debug start_serve linger --poll 30 --sleep-after 200ms --linger 50ms --linger-rate 300 --no-deliver
+wait_for "$asleep" 60 "the idle daemon never fell asleep"
+pgbench -n -c 4 -j 2 -R 1000 -T 4 -f "$WORK/load.sql" "$CRIER_DATABASE_URL" >"$WORK/pgbench.log" 2>&1 ||
+    { cat "$WORK/pgbench.log" >&2; fail "pgbench failed"; }
+wait_for "SELECT count(*) = 0 FROM crier.events WHERE state = 'pending'" 30 "load events left behind"
+wait_for "$asleep" 10 "the daemon did not fall asleep after the load"
+grep -q "under load: probing every 50 ms" "$WORK/linger.log" ||
+    { tail -20 "$WORK/linger.log" >&2; fail "1,000 emits/s did not make the daemon linger (--linger-rate 300)"; }
+grep -q "load gone: probing every 2 ms" "$WORK/linger.log" ||
+    { tail -20 "$WORK/linger.log" >&2; fail "the daemon did not go back to --awake-poll after the load"; }
+IFS="|" read -r n_events n_batches <<<"$(sql "SELECT count(*), count(DISTINCT processed_at) FROM crier.events WHERE entity_id LIKE 'load\_%'")"
+note "under load: $n_events events in $n_batches batches"
+[ "$n_batches" -le $((n_events / 8)) ] || fail "$n_events events took $n_batches batches: no lingering"
+note "after the load: an idle emit is claimed at once again"
+sql "WITH e AS (SELECT crier.emit('acme', 'invoice.created', 'after_load',
+         '{\"invoice_id\": \"after_load\", \"amount_cents\": 1, \"currency\": \"EUR\"}'))
+     INSERT INTO wake_commits SELECT 'after_load', clock_timestamp() FROM e" >/dev/null
+wait_for "SELECT count(*) = 1 FROM crier.events WHERE entity_id = 'after_load' AND state = 'done'" 10 \
+    "the emit after the load was not claimed within 10 s"
+ms=$(sql "SELECT greatest(0, extract(epoch FROM e.processed_at - c.committed) * 1000)::int
+          FROM crier.events e JOIN wake_commits c ON c.entity = e.entity_id WHERE e.entity_id = 'after_load'")
+[ "$ms" -le "$IDLE_BOUND_MS" ] || fail "after the load, an idle emit waited $ms ms (> $IDLE_BOUND_MS)"
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID" || fail "crier serve exited with an error"
+
 # A backlog analyzed while pending (autovacuum analyzes a big insert): once it
 # is drained the daemon must fall asleep, not claim on and on (once, claims
 # that walked the primary key past every done event outlasted the 2-ms awake
