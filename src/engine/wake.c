@@ -230,11 +230,6 @@ void crier_wake_poll(crier_wake *w)
     }
 }
 
-bool crier_wake_lingering(const crier_wake *w)
-{
-    return w->lingering;
-}
-
 crier_wake_state crier_wake_get_state(const crier_wake *w)
 {
     return w->state;

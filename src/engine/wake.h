@@ -67,9 +67,6 @@ crier_wake *crier_wake_new(struct ev_loop *loop, crier_pg *pg, const crier_wake_
                            crier_wake_kick_fn kick, crier_wake_idle_fn idle, crier_wake_done_fn done,
                            void *ud);
 
-/* Whether the daemon probes every linger seconds now (for logs, tests). */
-bool crier_wake_lingering(const crier_wake *w);
-
 /* The fast lane found work: stay awake, or wake (release the lock). */
 void crier_wake_busy(crier_wake *w);
 
