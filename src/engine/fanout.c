@@ -387,8 +387,9 @@ static const char SQL_TIMING[] = "SELECT crier.apply_timing()";
  * notifications' ids from their sequence and says whether a recipient of the
  * batch has stored preferences (then the batch takes SQL_WRITE after all,
  * which applies them; the ids drawn are left unused); then the two COPYs;
- * then SQL_WRITE_NEW without notifications or deliveries, for the events and
- * the metrics. A key that exists already fails the COPY as it fails
+ * then the write for the events and the metrics (SQL_WRITE_DONE, or
+ * SQL_WRITE_NEW without notifications or deliveries when events failed or
+ * moved lanes). A key that exists already fails the COPY as it fails
  * SQL_WRITE_NEW, and the batch runs again checked.
  *
  * SQL_IDS also sets synchronous_commit for the rest of the transaction: off
@@ -943,8 +944,10 @@ static bool fanout_write_is_done_only(const crier_fanout *f)
     return true;
 }
 
-/* The write statement, with the batch's arrays (SQL_WRITE_CHECKED or
- * SQL_WRITE_NEW; after the COPY path, SQL_WRITE_NEW without notifications). */
+/* The write statement, with the batch's arrays: SQL_WRITE_DONE when the batch
+ * leaves only events done (so, mostly, after the COPY path), else
+ * SQL_WRITE_CHECKED or SQL_WRITE_NEW (after the COPY path without
+ * notifications). */
 static void fanout_send_write(crier_fanout *f)
 {
     crier_pg_array *c = f->cols;
