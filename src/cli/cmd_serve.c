@@ -189,6 +189,16 @@ static long long serve_size(const char *arg)
     return v * unit;
 }
 
+/* An option that takes a positive duration or "off" (stored as -1). */
+static int serve_duration_or_off(const char *name, const char *arg, double *seconds)
+{
+    if (!strcmp(arg, "off")) {
+        *seconds = -1;
+        return 0;
+    }
+    return crier_cli_duration("serve", name, arg, seconds);
+}
+
 static int serve_option(void *ud, int opt, const char *arg)
 {
     serve_args *a = ud;
@@ -329,11 +339,7 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_SLEEP_AFTER:
         return crier_cli_duration("serve", "sleep-after", arg, &a->cfg.wake.sleep_after);
     case SERVE_OPT_LINGER:
-        if (!strcmp(arg, "off")) {
-            a->cfg.wake.linger = -1;
-            return 0;
-        }
-        return crier_cli_duration("serve", "linger", arg, &a->cfg.wake.linger);
+        return serve_duration_or_off("linger", arg, &a->cfg.wake.linger);
     case SERVE_OPT_LINGER_RATE: {
         int rate;
         if (crier_cli_positive_int("serve", "linger-rate", arg, 100000000, &rate) != 0)
@@ -348,22 +354,11 @@ static int serve_option(void *ud, int opt, const char *arg)
     case SERVE_OPT_RETAIN_THROTTLE_HITS: {
         crier_retain_kind kind = (crier_retain_kind)(opt - SERVE_OPT_RETAIN_EVENTS);
         char name[64];
-        double *period = &a->cfg.retention.period[kind];
-        if (!strcmp(arg, "off")) {
-            *period = -1;
-            return 0;
-        }
         snprintf(name, sizeof name, "retain-%s", crier_retention_kind_name(kind));
         for (char *c = name; *c; c++)
             if (*c == '_')
                 *c = '-';
-        if (crier_cli_duration("serve", name, arg, period) < 0)
-            return -1;
-        if (*period <= 0) {
-            crier_cli_error("serve", "--%s expects a positive duration or off, got '%s'", name, arg);
-            return -1;
-        }
-        return 0;
+        return serve_duration_or_off(name, arg, &a->cfg.retention.period[kind]);
     }
     case SERVE_OPT_RETENTION_INTERVAL:
         return crier_cli_duration("serve", "retention-interval", arg, &a->cfg.retention.interval);

@@ -246,6 +246,15 @@ static const char SQL_SETTINGS[] =
  * again at once with SQL_WRITE_CHECKED, which skips existing keys; the worker
  * then keeps checking for FANOUT_CHECKED_SECONDS. Events tried before, and
  * further pages of an audience, always run checked. */
+/* Marks the events of the id array IDS done by rules version VERSION (two
+ * parameter references), returning each one's latency commit -> fan-out: the
+ * "done" step of SQL_WRITE and of SQL_WRITE_DONE. */
+#define SQL_EVENTS_DONE(IDS, VERSION) \
+    "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now()," \
+    "      rules_version = " VERSION ", last_error = NULL, pages = pages + 1" \
+    "  WHERE id = ANY(" IDS "::bigint[])" \
+    "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency"
+
 #define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED)                                                      \
     /* (the comment names the statement in pg_stat_statements and pg_stat_activity) */             \
     /* The notifications' ids are drawn here, so that each delivery finds its notification's \
@@ -313,11 +322,7 @@ static const char SQL_SETTINGS[] =
     "  JOIN crier.events e ON e.id = a.event_id" \
     "  ON CONFLICT (event_id, audience) DO NOTHING" \
     "  RETURNING 1" \
-    "), done AS (" \
-    "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now()," \
-    "      rules_version = $9, last_error = NULL, pages = pages + 1" \
-    "  WHERE id = ANY($15::bigint[])" \
-    "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency" \
+    "), done AS (" SQL_EVENTS_DONE("$15", "$9") \
     "), more AS (" \
     "  UPDATE crier.events AS e SET cursor = m.cursor, pages = e.pages + 1, rules_version = $9," \
     "      last_error = NULL" \
@@ -363,12 +368,7 @@ static const char SQL_WRITE_CHECKED[] =
  * again with the same keys (to nobody again, or, after a rules change, as a
  * retry would). */
 static const char SQL_WRITE_DONE[] =
-    "/* crier fan-out write, events done only */ WITH done AS ("
-    "  UPDATE crier.events SET state = 'done', attempts = attempts + 1, processed_at = now(),"
-    "      rules_version = $2, last_error = NULL, pages = pages + 1"
-    "  WHERE id = ANY($1::bigint[])"
-    "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency"
-    ")"
+    "/* crier fan-out write, events done only */ WITH done AS (" SQL_EVENTS_DONE("$1", "$2") ")"
     " SELECT 0, 0, (SELECT count(*) FROM done), 0,"
     "        crier.metrics_fanout($3::bigint, 0, (SELECT array_agg(latency) FROM done), 0),"
     "        set_config('synchronous_commit', 'off', true)";
