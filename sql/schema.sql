@@ -233,7 +233,7 @@ CREATE FUNCTION crier.check_quiet_hours(p_where text, p_quiet jsonb) RETURNS voi
 -- Name: claim_batch(integer, smallint); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.claim_batch(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text, locked boolean, has_settings boolean)
+CREATE FUNCTION crier.claim_batch(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text, locked boolean, has_settings boolean, created_at text)
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/claim_batch.sql
 
@@ -251,7 +251,7 @@ CREATE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe
 -- Name: claim_events(integer, smallint); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text)
+CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TABLE(id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer, cursor text, created_at text)
     LANGUAGE plpgsql
     SET enable_bitmapscan TO 'off'
     SET enable_seqscan TO 'off'
@@ -541,10 +541,10 @@ CREATE FUNCTION crier.metrics_fanout(p_created bigint, p_quarantined bigint, p_l
     AS $$ … $$; -- the body: sql/functions/metrics_fanout.sql
 
 --
--- Name: metrics_sent(text[], text[], double precision[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: metrics_sent(text[], text[], double precision[], timestamp with time zone[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[], p_duration_ms double precision[], p_notification bigint[], p_created timestamp with time zone[]) RETURNS void
+CREATE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[], p_duration_ms double precision[], p_emitted timestamp with time zone[], p_notification bigint[], p_created timestamp with time zone[]) RETURNS void
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/metrics_sent.sql
 
@@ -807,9 +807,16 @@ CREATE TABLE crier.deliveries (
     timing jsonb,
     digest_id bigint,
     lease_until timestamp with time zone,
+    emitted_at timestamp with time zone,
     CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text, 'timing'::text, 'held'::text, 'digested'::text])))
 )
 WITH (fillfactor='70');
+
+--
+-- Name: COLUMN deliveries.emitted_at; Type: COMMENT; Schema: crier; Owner: -
+--
+
+COMMENT ON COLUMN crier.deliveries.emitted_at IS 'the commit time of the event this delivery is for (NULL: not recorded; see crier.metrics_sent)';
 
 --
 -- Name: deliveries_id_seq; Type: SEQUENCE; Schema: crier; Owner: -
@@ -1535,6 +1542,12 @@ CREATE INDEX deliveries_timing ON crier.deliveries USING btree (id) WHERE (state
 --
 
 CREATE UNIQUE INDEX digests_open ON crier.digests USING btree (tenant, recipient_id, channel, digest_key) WHERE (state = 'open'::text);
+
+--
+-- Name: endpoints_not_active; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX endpoints_not_active ON crier.endpoints USING btree (tenant, channel, target) WHERE (state <> 'active'::text);
 
 --
 -- Name: endpoints_probe; Type: INDEX; Schema: crier; Owner: -

@@ -10,17 +10,18 @@
 -- as a simple query was parsed, analyzed and planned for every batch, 9-13 % of a fan-out
 -- connection's CPU at 300 events/s (batches of one to four; perf of the fan-out backends).
 -- set_config(…, true) here lasts until the transaction ends (this function has no SET
--- clause of its own).
+-- clause of its own). created_at: the event's, as crier.claim_events gives it.
+DROP FUNCTION IF EXISTS crier.claim_batch(integer, smallint);
 CREATE OR REPLACE FUNCTION crier.claim_batch(p_limit integer, p_lane smallint)
 RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
-               "cursor" text, locked boolean, has_settings boolean)
+               "cursor" text, locked boolean, has_settings boolean, created_at text)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
     RETURN QUERY
     SELECT c.id, c.tenant, c.event_type, c.entity_id, c.payload, c.attempts, c.cursor,
            pg_try_advisory_xact_lock(crier.event_lock_key(c.tenant, c.event_type, c.entity_id)),
-           EXISTS (SELECT FROM crier.recipient_settings)
+           EXISTS (SELECT FROM crier.recipient_settings), c.created_at
     FROM crier.claim_events(p_limit, p_lane) AS c;
 END
 $$;

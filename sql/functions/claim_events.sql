@@ -16,16 +16,20 @@
 -- sequential scans are off as well: a plan made from the statistics of a tiny table (a new
 -- database) was a sequential scan and a sort, kept while the table grew
 -- (tests/integration/plans_stable.sh).
+-- created_at is the event's commit time as ISO 8601 UTC text: the fan-out copies it into the
+-- deliveries it makes (deliveries.emitted_at, sql/025), whatever the session's DateStyle.
+DROP FUNCTION IF EXISTS crier.claim_events(integer, smallint);
 CREATE OR REPLACE FUNCTION crier.claim_events(p_limit integer, p_lane smallint)
 RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
-               "cursor" text)
+               "cursor" text, created_at text)
 LANGUAGE plpgsql
 SET enable_bitmapscan = off
 SET enable_seqscan = off
 AS $$
 BEGIN
     RETURN QUERY
-    SELECT e.id, e.tenant, e.event_type, e.entity_id, e.payload::text, e.attempts, e.cursor
+    SELECT e.id, e.tenant, e.event_type, e.entity_id, e.payload::text, e.attempts, e.cursor,
+           to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
     FROM crier.events e
     WHERE e.state = 'pending' AND e.available_at <= now() AND e.lane >= p_lane AND e.lane <= p_lane
     ORDER BY e.lane, e.id LIMIT p_limit

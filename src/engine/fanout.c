@@ -64,7 +64,8 @@ enum {
     CLAIM_ATTEMPTS,
     CLAIM_CURSOR,
     CLAIM_LOCKED,      /* the event's advisory lock was granted to this transaction */
-    CLAIM_HAS_SETTINGS /* crier.recipient_settings has rows (the same in every row) */
+    CLAIM_HAS_SETTINGS, /* crier.recipient_settings has rows (the same in every row) */
+    CLAIM_CREATED       /* the event's commit time, ISO 8601 UTC (deliveries.emitted_at) */
 };
 
 /* Parameters of SQL_SETTINGS: (tenant, recipient id) pairs. */
@@ -119,6 +120,7 @@ enum {
     WRITE_DELIVERY_RECIPIENT,  /* $35 text[]: recipient */
     WRITE_DELIVERY_EVENT_TYPE, /* $36 text[]: and event type */
     WRITE_COPIED,              /* $37 text: notifications this batch wrote by COPY (for GET /metrics) */
+    WRITE_DELIVERY_EMITTED,    /* $38 text[]: its event's commit time (deliveries.emitted_at) */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
@@ -128,7 +130,7 @@ enum { WRITTEN_NOTIFICATIONS, WRITTEN_DELIVERIES, WRITTEN_DONE, WRITTEN_DEAD };
 
 typedef struct {
     int64_t id;
-    size_t tenant, event_type, entity_id, payload; /* offsets into strings */
+    size_t tenant, event_type, entity_id, payload, created; /* offsets into strings */
     size_t cursor; /* offset of the page cursor, or SIZE_MAX (first page / not paged) */
     int attempts;
     bool locked;
@@ -285,6 +287,7 @@ static const char SQL_SETTINGS[] =
     "      (q.pref).channel AS pref_channel" \
     "  FROM (SELECT (SELECT id FROM ids)[d.notification] AS notification_id, d.tenant, d.recipient_id, d.event_type," \
     "      d.channel, d.target, d.body, d.secret, d.subject, d.html, d.sender, d.retry, d.message_id, d.timing," \
+    "      d.emitted," \
     /* the preference that applies (the most specific), looked up only for \
      * recipients who have any: a per-row lookup cost 1 µs even when it found nothing */ \
     "      CASE WHEN d.honor AND (d.tenant, d.recipient_id) IN (SELECT * FROM with_prefs) THEN (" \
@@ -294,16 +297,17 @@ static const char SQL_SETTINGS[] =
     "          ORDER BY (p.event_type <> '*') DESC, (p.channel <> '*') DESC LIMIT 1) END AS pref" \
     "    FROM unnest($10::bigint[], $11::text[], $12::text[], $13::text[], $14::text[], $20::text[]," \
     "        $21::text[], $22::text[], $23::text[], $24::bool[], $31::text[], $33::text[], $34::text[]," \
-    "        $35::text[], $36::text[])" \
+    "        $35::text[], $36::text[], $38::text[])" \
     "        AS d(notification, channel, target, body, secret, subject, html, sender, retry, honor, message_id, timing," \
-    "            tenant, recipient_id, event_type)" \
+    "            tenant, recipient_id, event_type, emitted)" \
     ONLY_INSERTED \
     "    OFFSET 0) q" \
     "), dlv AS (" \
     "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret," \
-    "      subject, html, sender, retry_schedule, timing, state, last_error)" \
+    "      subject, html, sender, retry_schedule, timing, emitted_at, state, last_error)" \
     "  SELECT p.notification_id, p.tenant, p.channel, p.message_id," \
     "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[], p.timing::jsonb," \
+    "      p.emitted::timestamptz," \
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed' WHEN p.timing IS NOT NULL THEN 'timing'" \
     "          ELSE 'pending' END," \
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '" \
@@ -419,7 +423,7 @@ static const char SQL_COPY_NOTIFICATIONS[] =
     " discriminator, rules_version) FROM STDIN";
 static const char SQL_COPY_DELIVERIES[] =
     "COPY crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret, subject,"
-    " html, sender, retry_schedule) FROM STDIN";
+    " html, sender, retry_schedule, emitted_at) FROM STDIN";
 
 static void fanout_step(crier_fanout *f);
 
@@ -522,6 +526,7 @@ static void fanout_on_claim(crier_fanout *f, PGresult *res)
         e->event_type = claimed_string(f, res, i, CLAIM_EVENT_TYPE);
         e->entity_id = claimed_string(f, res, i, CLAIM_ENTITY_ID);
         e->payload = claimed_string(f, res, i, CLAIM_PAYLOAD);
+        e->created = claimed_string(f, res, i, CLAIM_CREATED);
         e->attempts = atoi(PQgetvalue(res, i, CLAIM_ATTEMPTS));
         e->cursor = PQgetisnull(res, i, CLAIM_CURSOR) ? SIZE_MAX : claimed_string(f, res, i, CLAIM_CURSOR);
         e->locked = PQgetvalue(res, i, CLAIM_LOCKED)[0] == 't';
@@ -658,6 +663,7 @@ static void fanout_plan_begin(crier_fanout *f)
         [WRITE_DELIVERY_TENANT] = CRIER_PG_TEXT,
         [WRITE_DELIVERY_RECIPIENT] = CRIER_PG_TEXT,
         [WRITE_DELIVERY_EVENT_TYPE] = CRIER_PG_TEXT,
+        [WRITE_DELIVERY_EMITTED] = CRIER_PG_TEXT,
     };
     crier_plan_reset(&f->plan);
     for (int i = 0; i < N_WRITE_PARAMS; i++)
@@ -816,8 +822,9 @@ static void fanout_rows_extend(crier_fanout *f)
                 return;
             }
         crier_key_parts kp = fanout_key_parts(f, pr);
-        (void)crier_fanout_rows_add(&f->rows, &kp, f->events[pr->slot].id, crier_rules_version(f->rules),
-                                    &f->plan, pr);
+        const fanout_event *e = &f->events[pr->slot];
+        (void)crier_fanout_rows_add(&f->rows, &kp, e->id, crier_strbuf_at(&f->strings, e->created),
+                                    crier_rules_version(f->rules), &f->plan, pr);
     }
 }
 
@@ -926,6 +933,7 @@ static void fanout_add_rows(crier_fanout *f)
             crier_pg_array_add_str(&c[WRITE_DELIVERY_TENANT], kp.tenant);
             crier_pg_array_add_str(&c[WRITE_DELIVERY_RECIPIENT], kp.recipient_id);
             crier_pg_array_add_str(&c[WRITE_DELIVERY_EVENT_TYPE], kp.event_type);
+            crier_pg_array_add_str(&c[WRITE_DELIVERY_EMITTED], crier_strbuf_at(&f->strings, e->created));
             if (pd->timing)
                 f->batch_timed++;
         }

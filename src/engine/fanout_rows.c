@@ -97,7 +97,7 @@ static void rows_id_field(crier_fanout_rows *r, bool deliveries, size_t off)
 }
 
 bool crier_fanout_rows_add(crier_fanout_rows *r, const crier_key_parts *kp, int64_t event_id,
-                           const char *rules_version, const crier_plan *plan,
+                           const char *emitted_at, const char *rules_version, const crier_plan *plan,
                            const crier_plan_recipient *pr)
 {
     uint8_t h[CRIER_KEY_HASH_LEN];
@@ -135,6 +135,7 @@ bool crier_fanout_rows_add(crier_fanout_rows *r, const crier_key_parts *kp, int6
         crier_pg_copy_str(d, pd->html);
         crier_pg_copy_str(d, pd->sender);
         crier_pg_copy_str(d, pd->retry);
+        crier_pg_copy_str(d, emitted_at);
         crier_pg_copy_end_row(d);
     }
     r->kept++;

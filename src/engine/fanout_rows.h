@@ -60,11 +60,12 @@ typedef struct {
 void crier_fanout_rows_reset(crier_fanout_rows *r);
 
 /* Adds one planned recipient of the batch: its notification (key parts kp,
- * its event's id, the rules' version) and its deliveries (plan's
+ * its event's id, the rules' version) and its deliveries (their
+ * emitted_at: the event's commit time as text; plan's
  * deliveries first_delivery … + n_deliveries), ids still to come. Returns
  * false (and adds nothing) when the batch has this notification already. */
 bool crier_fanout_rows_add(crier_fanout_rows *r, const crier_key_parts *kp, int64_t event_id,
-                           const char *rules_version, const crier_plan *plan,
+                           const char *emitted_at, const char *rules_version, const crier_plan *plan,
                            const crier_plan_recipient *pr);
 
 /* Writes the ids in: id_of(ud, k) is the id of kept notification k (0 <=

@@ -1,12 +1,16 @@
 /* test_fanout_rows.c — a batch's COPY rows built before their ids exist
  * (src/engine/fanout_rows.c): every id field gets its notification's id, a
  * key planned twice is kept once (the first), and the key set grows past its
- * first size without losing keys. */
+ * first size without losing keys; each delivery row carries its event's
+ * commit time. */
 #include "check.h"
 #include "fanout_rows.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+
+/* the event's commit time, as crier.claim_events gives it */
+#define T0 "2026-12-06T05:00:00.123456Z"
 
 static int64_t id_of(void *ud, size_t k)
 {
@@ -26,14 +30,14 @@ int main(void)
     crier_key_parts kp = {.tenant = "acme", .event_type = "memo", .entity_id = "m1", .recipient_id = "u1"};
 
     crier_fanout_rows_reset(&r);
-    CHECK(crier_fanout_rows_add(&r, &kp, 42, "v1", &plan, &pr));
-    CHECK(!crier_fanout_rows_add(&r, &kp, 43, "v1", &plan, &pr)); /* the same key: left out */
+    CHECK(crier_fanout_rows_add(&r, &kp, 42, T0, "v1", &plan, &pr));
+    CHECK(!crier_fanout_rows_add(&r, &kp, 43, T0, "v1", &plan, &pr)); /* the same key: left out */
     crier_key_parts kp2 = kp;
     kp2.recipient_id = "u2";
     crier_plan_recipient pr2 = pr;
     pr2.recipient = "u2";
     pr2.n_deliveries = 1;
-    CHECK(crier_fanout_rows_add(&r, &kp2, 42, "v1", &plan, &pr2));
+    CHECK(crier_fanout_rows_add(&r, &kp2, 42, T0, "v1", &plan, &pr2));
     CHECK(r.kept == 2);
     CHECK(r.notifications.rows == 2);
     CHECK(r.deliveries.rows == 3);
@@ -51,6 +55,7 @@ int main(void)
     CHECK(strstr(d, "\n0000000000000001007\tacme\twebhook\tmsg_") != NULL);
     CHECK(strstr(d, "{\"a\":\"t\\\\tb\"}") != NULL); /* the body's backslash, escaped */
     CHECK(strstr(d, "line1\\nline2") != NULL);
+    CHECK(strstr(d, "\t" T0 "\n") != NULL); /* each delivery ends with its event's time */
     free(n);
     free(d);
 
@@ -65,7 +70,7 @@ int main(void)
             kp.recipient_id = id;
             pr.recipient = id;
             pr.n_deliveries = 1;
-            added += crier_fanout_rows_add(&r, &kp, 1, "v1", &plan, &pr);
+            added += crier_fanout_rows_add(&r, &kp, 1, T0, "v1", &plan, &pr);
         }
     CHECK(added == 5000); /* the second round met every key */
     CHECK(r.kept == 5000 && r.seen.count == 5000 && r.seen.cap >= 10000);
