@@ -210,7 +210,7 @@ assert_eq 1 "$(metric crier_http_streams_open)" "only bob's stream is left open"
 # 10. The hub loses its database connections and reconnects: nothing missed.
 stream ann5 "$API/v1/feed/stream" "Authorization: Bearer $ANN"
 wait_events ann5 "len(ev) >= 1" "a new stream opens"
-killed=$(sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'crier-api-live'")
+killed=$(sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'crier-api-live' AND datname = current_database()")
 assert_eq 2 "$killed" "the hub's two connections terminated"
 emit acme comment.created c5 '{"author": "eve", "text": "after the outage", "to": ["ann"]}'
 wait_events ann5 "'eve: after the outage' in [e['data']['content']['title'] for e in ev if e['event'] == 'item']" \

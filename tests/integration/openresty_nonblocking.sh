@@ -53,11 +53,11 @@ for i in $(seq 16); do
     curls+=($!)
 done
 sleep 0.2
-waiting=$(sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'crier nginx' AND wait_event_type = 'Lock'")
+waiting=$(sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'crier nginx' AND wait_event_type = 'Lock' AND datname = current_database()")
 [ "$waiting" -ge 8 ] || fail "the emits are not waiting on the lock ($waiting waiting)"
 during=$(p99_ms 2s)
 during_rps=$(sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p' "$WORK/wrk.out")
-still=$(sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'crier nginx' AND wait_event_type = 'Lock'")
+still=$(sql "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'crier nginx' AND wait_event_type = 'Lock' AND datname = current_database()")
 sql "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
      WHERE c.relname = 'events' AND l.mode = 'ExclusiveLock' AND l.granted" >/dev/null
 wait "$locker" 2>/dev/null || true
