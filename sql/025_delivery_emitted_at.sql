@@ -4,8 +4,9 @@
 -- created_at through the delivery's notification and the notification's event: two index
 -- lookups per delivered row in every batch of results, 3.2 µs of the 30 µs of SQL a delivery
 -- costs (docs/BENCHMARKS.md, bench deliver, fourteenth session). The fan-out knows that time
--- when it makes the delivery (crier.claim_events returns it) and now writes it here; the
--- lookup is left for rows without it (made before this migration, or by a digest's flush).
+-- when it makes the delivery (crier.claim_events returns it) and now writes it here (a
+-- digest's delivery: its last event's); the lookup is left for rows made before this
+-- migration.
 -- Nullable with no default: adding the column rewrites nothing.
 ALTER TABLE crier.deliveries ADD COLUMN emitted_at timestamptz;
 COMMENT ON COLUMN crier.deliveries.emitted_at IS

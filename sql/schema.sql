@@ -517,14 +517,6 @@ CREATE FUNCTION crier.metric_le(p_seconds double precision) RETURNS text
     AS $$ … $$; -- the body: sql/functions/metric_le.sql
 
 --
--- Name: metric_observe(text, text, text[], double precision[]); Type: FUNCTION; Schema: crier; Owner: -
---
-
-CREATE FUNCTION crier.metric_observe(p_metric text, p_label text, p_value text[], p_seconds double precision[]) RETURNS void
-    LANGUAGE plpgsql
-    AS $$ … $$; -- the body: sql/functions/metric_observe.sql
-
---
 -- Name: metrics_delivery_state(); Type: FUNCTION; Schema: crier; Owner: -
 --
 

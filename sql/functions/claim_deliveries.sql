@@ -6,6 +6,13 @@
 -- being sent and are skipped. Deliveries of a paused endpoint met on the
 -- way are parked in state 'paused' (not claimed, no attempt spent); those of a disabled
 -- endpoint die.
+-- The claimed rows are updated where the claim's lock found them (ctid: no second descent of
+-- the primary key per row), and endpoints are looked up per row only while some endpoint is
+-- paused or disabled (endpoints_not_active, sql/026): 1.9 µs of SQL per delivery less
+-- (docs/BENCHMARKS.md, bench deliver, fourteenth session). A due row another transaction
+-- changed and committed after this statement began is locked in its new version, which this
+-- statement's snapshot cannot update: it is left unclaimed (not leased, no attempt spent),
+-- and the next claim takes it.
 CREATE OR REPLACE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe_base double precision)
 RETURNS TABLE (id bigint, attempts integer, channel text, message_id text, target text, body text,
                secret text, subject text, html text, sender text, retry_schedule integer[],

@@ -18,6 +18,7 @@ DECLARE
     v_notification bigint;
     v_queued integer := 0;
     v_rows integer;
+    v_emitted timestamptz;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_digest_id, 1), 0) LOOP
         IF p_error[i] IS NOT NULL THEN
@@ -28,8 +29,9 @@ BEGIN
         END IF;
         SELECT * INTO g FROM crier.digests WHERE id = p_digest_id[i];
         -- the notification refers to its last event: locked as a foreign key would lock it
-        -- (sql/014: a concurrent DELETE waits, then finds the notification and fails)
-        PERFORM 1 FROM crier.events WHERE id = p_last_event_id[i] FOR KEY SHARE;
+        -- (sql/014: a concurrent DELETE waits, then finds the notification and fails); its
+        -- commit time is the digest delivery's emitted_at (sql/025)
+        SELECT created_at INTO v_emitted FROM crier.events WHERE id = p_last_event_id[i] FOR KEY SHARE;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'digest %: its last event % does not exist', g.id, p_last_event_id[i]
                 USING ERRCODE = 'foreign_key_violation';
@@ -44,9 +46,9 @@ BEGIN
             PERFORM crier.metric_add(ARRAY['crier_notifications_created_total'], ARRAY[''], ARRAY[''], ARRAY[''],
                                      ARRAY[''], ARRAY[1::double precision]);
             INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret,
-                                          subject, html, sender, retry_schedule, state)
+                                          subject, html, sender, retry_schedule, emitted_at, state)
             VALUES (v_notification, g.tenant, g.channel, p_message_id[i], p_target[i], p_body[i], p_secret[i],
-                    p_subject[i], p_html[i], p_sender[i], p_retry[i]::int[], 'pending');
+                    p_subject[i], p_html[i], p_sender[i], p_retry[i]::int[], v_emitted, 'pending');
             GET DIAGNOSTICS v_rows = ROW_COUNT;
             v_queued := v_queued + v_rows;
         ELSE

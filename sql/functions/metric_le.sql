@@ -1,7 +1,7 @@
 -- metric_le.sql — crier.metric_le: the bucket label "le" of one histogram observation
 -- (seconds): the smallest bound of crier.metric_buckets() that is >= it, as text, or '+Inf'
 -- above the last bound (equality falls in the bucket le = the bound). The one rule of
--- crier.metric_observe and crier.metrics_fanout. One expression, no FROM and no subquery,
+-- crier.metrics_sent and crier.metrics_fanout. One expression, no FROM and no subquery,
 -- so that PostgreSQL inlines it into the calling statement (width_bucket counts the bounds
 -- <= s; the bucket is that bound when it equals s, else the next one).
 CREATE OR REPLACE FUNCTION crier.metric_le(p_seconds double precision)

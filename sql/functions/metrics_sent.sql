@@ -4,10 +4,15 @@
 -- histogram crier_send_duration_seconds{channel} (every applied attempt that
 -- was sent, not the released ones) and crier_delivery_latency_seconds{channel}
 -- (commit -> delivered: now() minus the event's commit time, which the
--- delivery carries (deliveries.emitted_at, sql/025); for a row without it, the
+-- delivery carries (deliveries.emitted_at, sql/025); for a row made before that, the
 -- event's created_at through its notification, or the delivery's own
 -- created_at once retention removed the event). Dead deliveries are counted by
 -- crier.metrics_delivery_state.
+--
+-- One INSERT, as crier.metrics_fanout (histogram buckets by crier.metric_le): through
+-- crier.metric_add and a histogram function it took three nested calls and five statements,
+-- 0.9 ms of a batch of 200 results (4.5 µs per delivery; docs/BENCHMARKS.md, bench deliver,
+-- fourteenth session).
 -- PL/pgSQL, not LANGUAGE sql: a SQL function that cannot be inlined is parsed and planned
 -- again on every call (its plan lives only as long as the calling statement), and this one runs
 -- in every batch of the fan-out or of the delivery results; PL/pgSQL keeps its plans for the
@@ -18,25 +23,39 @@ CREATE OR REPLACE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[]
                                               p_created timestamptz[])
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM crier.metric_add(array_agg('crier_deliveries_total'::text), array_agg('channel'::text), array_agg(c),
-                             array_agg('outcome'::text), array_agg(CASE o WHEN 'retry' THEN 'retried' ELSE o END),
-                             array_agg(n))
-    FROM (SELECT c, o, count(*)::double precision AS n
-          FROM unnest(p_channel, p_outcome) AS x(c, o) WHERE o IN ('delivered', 'retry') GROUP BY c, o) s
-    HAVING count(*) > 0;
-    PERFORM crier.metric_observe('crier_send_duration_seconds', 'channel', array_agg(c), array_agg(ms / 1000.0))
-    FROM unnest(p_channel, p_outcome, p_duration_ms) AS x(c, o, ms)
-    WHERE o <> 'released'
-    HAVING count(*) > 0;
-    -- The lookup runs only for rows without emitted_at (coalesce stops at the first value).
-    PERFORM crier.metric_observe('crier_delivery_latency_seconds', 'channel', array_agg(x.c),
-                                 array_agg(extract(epoch FROM now() - coalesce(
-                                     x.emitted,
-                                     (SELECT e.created_at FROM crier.notifications n
-                                      JOIN crier.events e ON e.id = n.event_id WHERE n.id = x.nid),
-                                     x.created))::double precision))
-    FROM unnest(p_channel, p_outcome, p_emitted, p_notification, p_created) AS x(c, o, emitted, nid, created)
-    WHERE x.o = 'delivered'
-    HAVING count(*) > 0;
+    INSERT INTO crier.metric_counters AS c (metric, label1, value1, label2, value2, shard, value)
+    SELECT a.m, 'channel', a.channel, a.l2, a.v2, pg_backend_pid(), sum(a.n)
+    FROM (
+        WITH x AS (
+            SELECT * FROM unnest(p_channel, p_outcome, p_duration_ms, p_emitted, p_notification, p_created)
+                AS x(c, o, ms, emitted, nid, created)
+        ), h AS (
+            SELECT 'crier_send_duration_seconds' AS m, x.c, x.ms / 1000.0 AS s
+            FROM x WHERE x.o <> 'released' AND x.ms IS NOT NULL
+            UNION ALL
+            -- The lookup runs only for rows without emitted_at (coalesce stops at the first value).
+            SELECT 'crier_delivery_latency_seconds', x.c,
+                   extract(epoch FROM now() - coalesce(
+                       x.emitted,
+                       (SELECT e.created_at FROM crier.notifications n
+                        JOIN crier.events e ON e.id = n.event_id WHERE n.id = x.nid),
+                       x.created))::double precision
+            FROM x WHERE x.o = 'delivered'
+        ), b AS (
+            -- Grouped before they are spread into samples: one row per bucket, not per result.
+            SELECT h.m, h.c, crier.metric_le(h.s) AS le, count(*)::double precision AS n, sum(h.s) AS s
+            FROM h GROUP BY h.m, h.c, crier.metric_le(h.s)
+        )
+        SELECT 'crier_deliveries_total' AS m, x.c AS channel, 'outcome' AS l2,
+               CASE x.o WHEN 'retry' THEN 'retried' ELSE x.o END AS v2, count(*)::double precision AS n
+        FROM x WHERE x.o IN ('delivered', 'retry') GROUP BY x.c, x.o
+        UNION ALL SELECT b.m || '_bucket', b.c, 'le', b.le, b.n FROM b
+        UNION ALL SELECT b.m || '_sum', b.c, '', '', sum(b.s) FROM b GROUP BY b.m, b.c
+        UNION ALL SELECT b.m || '_count', b.c, '', '', sum(b.n) FROM b GROUP BY b.m, b.c
+    ) AS a
+    GROUP BY a.m, a.channel, a.l2, a.v2
+    HAVING sum(a.n) <> 0
+    ORDER BY a.m, a.channel, a.l2, a.v2
+    ON CONFLICT (metric, label1, value1, label2, value2, shard) DO UPDATE SET value = c.value + EXCLUDED.value;
 END
 $$;

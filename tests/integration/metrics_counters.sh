@@ -101,11 +101,23 @@ assert_eq "$(m 'crier_fanout_latency_seconds_count')" "$(m 'crier_fanout_latency
 assert_eq "0.001 0.001 0.005 0.005 0.01 1800 +Inf +Inf" \
     "$(n "SELECT string_agg(crier.metric_le(s), ' ' ORDER BY k) FROM unnest(ARRAY[-1, 0.001, 0.0011, 0.005,
           0.0050001, 1800, 1800.5, 1e9]::float8[]) WITH ORDINALITY AS t(s, k)")" "bucket labels (crier.metric_le)"
-n "SELECT crier.metric_observe('crier_test_seconds', '', ARRAY[''], ARRAY[0.25]::float8[])" >/dev/null
-assert_eq 1 "$(n "SELECT value FROM crier.metric_counters WHERE metric = 'crier_test_seconds_bucket' AND value2 = '0.25'")" \
+n "SELECT crier.metrics_sent(ARRAY['crier-test'], ARRAY['retry'], ARRAY[250]::float8[], ARRAY[NULL]::timestamptz[],
+                             ARRAY[NULL]::bigint[], ARRAY[now()])" >/dev/null
+assert_eq 1 "$(n "SELECT value FROM crier.metric_counters WHERE metric = 'crier_send_duration_seconds_bucket'
+                  AND value1 = 'crier-test' AND value2 = '0.25'")" \
     "an observation equal to a bound counts in that bound's bucket"
-n "DELETE FROM crier.metric_counters WHERE metric LIKE 'crier_test_seconds%'" >/dev/null
+n "DELETE FROM crier.metric_counters WHERE value1 = 'crier-test'" >/dev/null
 assert_eq 8 "$(m 'crier_delivery_latency_seconds_count{channel="webhook"}')" "commit->delivered histogram"
+# commit -> delivered is measured from the event's commit: each delivery carries it
+# (deliveries.emitted_at), and the histogram's sum is that of delivered_at - the event's created_at
+assert_eq 0 "$(n "SELECT count(*) FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+                  JOIN crier.events e ON e.id = n.event_id WHERE d.emitted_at IS DISTINCT FROM e.created_at")" \
+    "every delivery carries its event's commit time"
+assert_eq "$(n "SELECT round(sum(extract(epoch FROM d.delivered_at - e.created_at))::numeric, 3)
+                FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+                JOIN crier.events e ON e.id = n.event_id WHERE d.channel = 'webhook' AND d.state = 'delivered'")" \
+    "$(awk '$1 == "crier_delivery_latency_seconds_sum{channel=\"webhook\"}" { printf "%.3f", $2 }' "$WORK/metrics")" \
+    "commit->delivered sum"
 assert_eq "$(n "SELECT count(*) FROM crier.delivery_attempts WHERE outcome <> 'released'")" \
     "$(m 'crier_send_duration_seconds_count{channel="webhook"}')" "send duration histogram"
 # buckets are cumulative: never decreasing along the bounds
