@@ -533,10 +533,10 @@ CREATE FUNCTION crier.metrics_fanout(p_created bigint, p_quarantined bigint, p_l
     AS $$ … $$; -- the body: sql/functions/metrics_fanout.sql
 
 --
--- Name: metrics_sent(text[], text[], double precision[], timestamp with time zone[], bigint[], timestamp with time zone[]); Type: FUNCTION; Schema: crier; Owner: -
+-- Name: metrics_sent(text[], text[], double precision[], timestamp with time zone[]); Type: FUNCTION; Schema: crier; Owner: -
 --
 
-CREATE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[], p_duration_ms double precision[], p_emitted timestamp with time zone[], p_notification bigint[], p_created timestamp with time zone[]) RETURNS void
+CREATE FUNCTION crier.metrics_sent(p_channel text[], p_outcome text[], p_duration_ms double precision[], p_emitted timestamp with time zone[]) RETURNS void
     LANGUAGE plpgsql
     AS $$ … $$; -- the body: sql/functions/metrics_sent.sql
 
@@ -808,7 +808,7 @@ WITH (fillfactor='70');
 -- Name: COLUMN deliveries.emitted_at; Type: COMMENT; Schema: crier; Owner: -
 --
 
-COMMENT ON COLUMN crier.deliveries.emitted_at IS 'the commit time of the event this delivery is for (NULL: not recorded; see crier.metrics_sent)';
+COMMENT ON COLUMN crier.deliveries.emitted_at IS 'the commit time of the event this delivery is for (NULL only on deliveries final before sql/025)';
 
 --
 -- Name: deliveries_id_seq; Type: SEQUENCE; Schema: crier; Owner: -

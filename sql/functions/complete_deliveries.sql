@@ -35,7 +35,6 @@ DECLARE
     v_f_t text[]; v_f_c text[]; v_f_g text[]; v_f_n integer[]; v_f_gone boolean[];
     v_f_status integer[]; v_f_error text[];
     v_s_channel text[]; v_s_outcome text[]; v_s_ms double precision[]; v_s_emitted timestamptz[];
-    v_s_nid bigint[]; v_s_created timestamptz[];
     r record;
 BEGIN
     WITH x AS (
@@ -54,11 +53,10 @@ BEGIN
             lease_until = NULL
         FROM x WHERE d.id = x.id AND d.attempts = x.attempt AND d.state = 'pending' AND d.lease_until IS NOT NULL
         RETURNING d.tenant, d.channel, d.target, x.outcome AS final, x.health, x.status, x.error,
-                  x.duration, d.emitted_at, d.notification_id, d.created_at
+                  x.duration, d.emitted_at
     ), sent AS (
         SELECT array_agg(channel) AS c, array_agg(final) AS o, array_agg(duration) AS ms,
-               array_agg(emitted_at) AS emitted, array_agg(notification_id) AS nid,
-               array_agg(created_at) AS created
+               array_agg(emitted_at) AS emitted
         FROM upd
     ), counted AS (
         SELECT count(*)::int AS n,
@@ -87,14 +85,14 @@ BEGIN
     )
     SELECT counted.n, counted.n_ok, counted.n_retry, counted.n_dead,
            ok.t, ok.c, ok.g, failing.t, failing.c, failing.g, failing.n, failing.gone,
-           failing.status, failing.error, sent.c, sent.o, sent.ms, sent.emitted, sent.nid, sent.created
+           failing.status, failing.error, sent.c, sent.o, sent.ms, sent.emitted
     INTO applied, delivered, retried, dead, v_ok_t, v_ok_c, v_ok_g,
          v_f_t, v_f_c, v_f_g, v_f_n, v_f_gone, v_f_status, v_f_error,
-         v_s_channel, v_s_outcome, v_s_ms, v_s_emitted, v_s_nid, v_s_created
+         v_s_channel, v_s_outcome, v_s_ms, v_s_emitted
     FROM counted, ok, failing, sent;
     -- /metrics: what was applied (dead ones: crier.metrics_delivery_state)
     IF v_s_channel IS NOT NULL THEN
-        PERFORM crier.metrics_sent(v_s_channel, v_s_outcome, v_s_ms, v_s_emitted, v_s_nid, v_s_created);
+        PERFORM crier.metrics_sent(v_s_channel, v_s_outcome, v_s_ms, v_s_emitted);
     END IF;
 
     -- The attempts, after the update: the deliveries it changed are locked until commit, so
