@@ -13,8 +13,8 @@
  * While awake (it found work within the last sleep_after seconds) the daemon
  * probes for pending events every awake_poll seconds, one cheap statement.
  * Under load (the fast lane finished at least linger_rate events a second over
- * the last 100 ms) it probes, and lets an idle worker claim, every linger
- * seconds instead: bigger batches and less database work per event, for a
+ * the last 100 ms) it lets an idle worker claim every linger seconds instead,
+ * without a probe (the claim is one): bigger batches and less database work per event, for a
  * few ms more latency while it is busy anyway (a worker whose batch was full
  * claims again at once either way).
  *
@@ -56,7 +56,7 @@ typedef uint64_t (*crier_wake_done_fn)(void *ud);
 typedef struct {
     double awake_poll;  /* seconds between probes while awake (default 0.002) */
     double sleep_after; /* seconds without work before falling asleep (default 0.1) */
-    double linger;      /* seconds between probes under load (default 0.01; < 0: never) */
+    double linger;      /* seconds between claims under load (default 0.025; < 0: never) */
     double linger_rate; /* events/s from which the daemon is under load (default 2000) */
 } crier_wake_options;
 

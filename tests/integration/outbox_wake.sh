@@ -83,7 +83,7 @@ wait "$SERVE_PID" || fail "crier serve exited with an error"
 # --awake-poll (fewer, bigger batches); below --linger-rate it goes back. A
 # batch's events share processed_at (its transaction's now()), so distinct
 # values count batches.
-note "under load (1,000 emits/s against --linger-rate 300): probes every 50 ms, bigger batches"
+note "under load (1,000 emits/s against --linger-rate 300): claims every 50 ms, bigger batches"
 cat >"$WORK/load.sql" <<'SQL'
 SELECT crier.emit('acme', 'invoice.created', 'load_' || :client_id || '_' || random(),
     '{"invoice_id": "x", "amount_cents": 1, "currency": "EUR"}');
@@ -94,7 +94,7 @@ pgbench -n -c 4 -j 2 -R 1000 -T 4 -f "$WORK/load.sql" "$CRIER_DATABASE_URL" >"$W
     { cat "$WORK/pgbench.log" >&2; fail "pgbench failed"; }
 wait_for "SELECT count(*) = 0 FROM crier.events WHERE state = 'pending'" 30 "load events left behind"
 wait_for "$asleep" 10 "the daemon did not fall asleep after the load"
-grep -q "under load: probing every 50 ms" "$WORK/linger.log" ||
+grep -q "under load: claiming every 50 ms" "$WORK/linger.log" ||
     { tail -20 "$WORK/linger.log" >&2; fail "1,000 emits/s did not make the daemon linger (--linger-rate 300)"; }
 grep -q "load gone: probing every 2 ms" "$WORK/linger.log" ||
     { tail -20 "$WORK/linger.log" >&2; fail "the daemon did not go back to --awake-poll after the load"; }
