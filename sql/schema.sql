@@ -258,6 +258,24 @@ CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TAB
     AS $$ … $$; -- the body: sql/functions/claim_events.sql
 
 --
+-- Name: claim_floor(smallint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.claim_floor(p_lane smallint) RETURNS bigint
+    LANGUAGE sql STABLE
+    AS $$ … $$; -- the body: sql/functions/claim_floor.sql
+
+--
+-- Name: claim_floor_refresh(smallint); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.claim_floor_refresh(p_lane smallint) RETURNS void
+    LANGUAGE plpgsql
+    SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
+    AS $$ … $$; -- the body: sql/functions/claim_floor_refresh.sql
+
+--
 -- Name: complete_deliveries(bigint[], integer[], text[], text[], integer[], text[], text[], double precision[], double precision[], double precision[], boolean[], integer, double precision, double precision); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -768,6 +786,28 @@ CREATE TABLE crier.audience_items (
     backfill boolean DEFAULT false NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL
+);
+
+--
+-- Name: claim_floor; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.claim_floor (
+    lane smallint NOT NULL,
+    floor bigint DEFAULT 0 NOT NULL,
+    next_floor bigint,
+    next_xmax xid8,
+    refreshed_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    CONSTRAINT claim_floor_lane_check CHECK ((lane = ANY (ARRAY[0, 1])))
+);
+
+--
+-- Name: claim_floor_lowered; Type: TABLE; Schema: crier; Owner: -
+--
+
+CREATE TABLE crier.claim_floor_lowered (
+    lane smallint NOT NULL,
+    id bigint NOT NULL
 );
 
 --
@@ -1301,6 +1341,13 @@ ALTER TABLE ONLY crier.audience_items
     ADD CONSTRAINT audience_items_pkey PRIMARY KEY (id);
 
 --
+-- Name: claim_floor claim_floor_pkey; Type: CONSTRAINT; Schema: crier; Owner: -
+--
+
+ALTER TABLE ONLY crier.claim_floor
+    ADD CONSTRAINT claim_floor_pkey PRIMARY KEY (lane);
+
+--
 -- Name: deliveries deliveries_notification_id_channel_key; Type: CONSTRAINT; Schema: crier; Owner: -
 --
 
@@ -1498,6 +1545,12 @@ CREATE INDEX audience_items_audience ON crier.audience_items USING btree (tenant
 --
 
 CREATE INDEX audience_items_audience_txid ON crier.audience_items USING btree (tenant, audience, txid);
+
+--
+-- Name: claim_floor_lowered_lane_id; Type: INDEX; Schema: crier; Owner: -
+--
+
+CREATE INDEX claim_floor_lowered_lane_id ON crier.claim_floor_lowered USING btree (lane, id);
 
 --
 -- Name: deliveries_dead; Type: INDEX; Schema: crier; Owner: -

@@ -16,6 +16,10 @@
 -- sequential scans are off as well: a plan made from the statistics of a tiny table (a new
 -- database) was a sequential scan and a sort, kept while the table grew
 -- (tests/integration/plans_stable.sh).
+-- The scan starts at the lane's floor (crier.claim_floor, sql/functions/claim_floor.sql): a row
+-- comparison (lane, id) >= (lane, floor), which positions the index scan there, where
+-- "id >= floor" beside a range on the lane would not (the scan would start at the lane's
+-- first entry and filter).
 -- created_at is the event's commit time as ISO 8601 UTC text: the fan-out copies it into the
 -- deliveries it makes (deliveries.emitted_at, sql/025), whatever the session's DateStyle.
 DROP FUNCTION IF EXISTS crier.claim_events(integer, smallint);
@@ -26,12 +30,14 @@ LANGUAGE plpgsql
 SET enable_bitmapscan = off
 SET enable_seqscan = off
 AS $$
+DECLARE
+    v_floor bigint := crier.claim_floor(p_lane);
 BEGIN
     RETURN QUERY
     SELECT e.id, e.tenant, e.event_type, e.entity_id, e.payload::text, e.attempts, e.cursor,
            to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
     FROM crier.events e
-    WHERE e.state = 'pending' AND e.available_at <= now() AND e.lane >= p_lane AND e.lane <= p_lane
+    WHERE e.state = 'pending' AND e.available_at <= now() AND (e.lane, e.id) >= (p_lane, v_floor) AND e.lane <= p_lane
     ORDER BY e.lane, e.id LIMIT p_limit
     FOR UPDATE OF e SKIP LOCKED;
 END

@@ -51,6 +51,10 @@ BEGIN
     END IF;
 
     v_key := coalesce(p_dedupe_key, crier.natural_key(p_event_type, p_entity_id));
+    -- The transaction's xid before the event's id (the column default draws it): the claim's
+    -- floor relies on every id being drawn by a transaction that has an xid already
+    -- (sql/functions/claim_floor.sql).
+    PERFORM pg_current_xact_id();
     LOOP
         IF p_not_before IS NOT NULL AND p_not_before > clock_timestamp() THEN
             INSERT INTO crier.events (tenant, event_type, entity_id, payload, dedupe_key, state, available_at,

@@ -70,7 +70,10 @@ BEGIN
         ), ev AS (
             UPDATE crier.events e SET state = 'pending', available_at = now()
             FROM s WHERE e.id = s.event_id AND e.state = 'scheduled'
-            RETURNING e.id
+            RETURNING e.id, e.lane
+        ), low AS (
+            -- below the claim's floor, perhaps: the claim starts there too (claim_floor.sql)
+            INSERT INTO crier.claim_floor_lowered (lane, id) SELECT ev.lane, min(ev.id) FROM ev GROUP BY ev.lane
         ), f AS (
             UPDATE crier.timers tm SET state = 'fired', fired_at = clock_timestamp(), attempts = tm.attempts + 1,
                 outcome = CASE WHEN EXISTS (SELECT 1 FROM ev WHERE ev.id = s.event_id) THEN 'pending'

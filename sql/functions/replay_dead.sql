@@ -34,7 +34,10 @@ BEGIN
         UPDATE crier.events e SET state = 'pending', attempts = 0, available_at = now(), last_error = NULL,
             processed_at = NULL
         FROM picked WHERE e.id = picked.id AND e.state = 'dead'
-        RETURNING 1
+        RETURNING e.id, e.lane
+    ), low AS (
+        -- below the claim's floor, perhaps: the claim starts there too (claim_floor.sql)
+        INSERT INTO crier.claim_floor_lowered (lane, id) SELECT u.lane, min(u.id) FROM upd u GROUP BY u.lane
     )
     SELECT count(*) INTO events FROM upd;
     -- /metrics: a replayed event is waiting again (crier_events_accepted_total
