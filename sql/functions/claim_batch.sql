@@ -10,8 +10,9 @@
 -- as a simple query was parsed, analyzed and planned for every batch, 9-13 % of a fan-out
 -- connection's CPU at 300 events/s (batches of one to four; perf of the fan-out backends).
 -- set_config(…, true) here lasts until the transaction ends (this function has no SET
--- clause of its own). created_at: the event's, as crier.claim_events gives it. The fast lane's
--- claim moves its floor first (crier.claim_floor_refresh: at most once a second).
+-- clause of its own). created_at: the event's, as crier.claim_events gives it. The claim moves
+-- its lane's floor first (crier.claim_floor_refresh: at most once a second, and only for a lane
+-- that has one).
 DROP FUNCTION IF EXISTS crier.claim_batch(integer, smallint);
 CREATE OR REPLACE FUNCTION crier.claim_batch(p_limit integer, p_lane smallint)
 RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload text, attempts integer,
@@ -19,9 +20,7 @@ RETURNS TABLE (id bigint, tenant text, event_type text, entity_id text, payload 
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
-    IF p_lane = 0 THEN
-        PERFORM crier.claim_floor_refresh(p_lane);
-    END IF;
+    PERFORM crier.claim_floor_refresh(p_lane);
     RETURN QUERY
     SELECT c.id, c.tenant, c.event_type, c.entity_id, c.payload, c.attempts, c.cursor,
            pg_try_advisory_xact_lock(crier.event_lock_key(c.tenant, c.event_type, c.entity_id)),

@@ -11,7 +11,8 @@
 -- transaction is past that xmax, every id up to v is final (committed or rolled back), and a
 -- later refresh raises the floor to v + 1 or to the lowest pending id of the lane, whichever
 -- is lower. Events that become pending again (a scheduled send fires, a dead event is
--- replayed) leave their id in crier.claim_floor_lowered, which lowers the floor at once. And
+-- replayed) leave their id in crier.claim_floor_lowered (for a lane with a floor: a refresh
+-- consumes the marks of its own lane only), which lowers the floor at once. And
 -- every refresh (once a second while the daemon claims) walks the lane from its first id
 -- again, so an event that a path not named here made pending below the floor waits at most
 -- that long. With a sequence cache above 1 (ids no longer drawn in order) the floor stays 0.

@@ -73,7 +73,8 @@ BEGIN
             RETURNING e.id, e.lane
         ), low AS (
             -- below the claim's floor, perhaps: the claim starts there too (claim_floor.sql)
-            INSERT INTO crier.claim_floor_lowered (lane, id) SELECT ev.lane, min(ev.id) FROM ev GROUP BY ev.lane
+            INSERT INTO crier.claim_floor_lowered (lane, id)
+            SELECT f.lane, min(ev.id) FROM ev JOIN crier.claim_floor f ON f.lane = ev.lane GROUP BY f.lane
         ), f AS (
             UPDATE crier.timers tm SET state = 'fired', fired_at = clock_timestamp(), attempts = tm.attempts + 1,
                 outcome = CASE WHEN EXISTS (SELECT 1 FROM ev WHERE ev.id = s.event_id) THEN 'pending'

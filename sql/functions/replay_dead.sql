@@ -37,7 +37,8 @@ BEGIN
         RETURNING e.id, e.lane
     ), low AS (
         -- below the claim's floor, perhaps: the claim starts there too (claim_floor.sql)
-        INSERT INTO crier.claim_floor_lowered (lane, id) SELECT u.lane, min(u.id) FROM upd u GROUP BY u.lane
+        INSERT INTO crier.claim_floor_lowered (lane, id)
+        SELECT f.lane, min(u.id) FROM upd u JOIN crier.claim_floor f ON f.lane = u.lane GROUP BY f.lane
     )
     SELECT count(*) INTO events FROM upd;
     -- /metrics: a replayed event is waiting again (crier_events_accepted_total
