@@ -59,13 +59,19 @@ static void wake_set_lingering(crier_wake *w, bool on)
                 w->tick.repeat * 1000);
 }
 
+bool crier_wake_under_load(bool lingering, double rate, double linger_rate)
+{
+    return rate >= (lingering ? linger_rate / 2 : linger_rate);
+}
+
 /* Every WAKE_RATE_WINDOW: the fast lane's rate decides the tick's interval. */
 static void wake_sample_rate(crier_wake *w, double now)
 {
     if (w->opts.linger <= 0 || now - w->rate_at < WAKE_RATE_WINDOW)
         return;
     uint64_t done = w->done(w->ud);
-    wake_set_lingering(w, (double)(done - w->rate_done) / (now - w->rate_at) >= w->opts.linger_rate);
+    wake_set_lingering(w, crier_wake_under_load(w->lingering, (double)(done - w->rate_done) / (now - w->rate_at),
+                                                w->opts.linger_rate));
     w->rate_done = done;
     w->rate_at = now;
 }

@@ -16,7 +16,10 @@
  * the last 100 ms) it lets an idle worker claim every linger seconds instead,
  * without a probe (the claim is one): bigger batches and less database work per event, for a
  * few ms more latency while it is busy anyway (a worker whose batch was full
- * claims again at once either way).
+ * claims again at once either way). It stays under load until the rate falls
+ * below half of linger_rate: with one threshold, a loaded host whose emitters
+ * dipped under it went back to probing, whose tiny batches doubled the
+ * database work per event and kept the emitters under it (docs/BENCHMARKS.md).
  *
  * The lock lives on its own connection: a lock wait there never holds back
  * LISTEN's notifications or a batch. If that connection breaks while asleep,
@@ -59,6 +62,10 @@ typedef struct {
     double linger;      /* seconds between claims under load (default 0.025; < 0: never) */
     double linger_rate; /* events/s from which the daemon is under load (default 2000) */
 } crier_wake_options;
+
+/* Whether the daemon is under load after a rate sample: from linger_rate
+ * events/s, and while lingering until the rate falls below linger_rate / 2. */
+bool crier_wake_under_load(bool lingering, double rate, double linger_rate);
 
 /* Creates the sleep announcement on pg (its own connection, owned by the
  * caller and used for nothing else). The daemon starts awake. Returns NULL

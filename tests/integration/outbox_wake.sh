@@ -80,7 +80,7 @@ kill -TERM "$SERVE_PID"
 wait "$SERVE_PID" || fail "crier serve exited with an error"
 
 # Under load the awake daemon looks every --linger instead of every
-# --awake-poll (fewer, bigger batches); below --linger-rate it goes back. A
+# --awake-poll (fewer, bigger batches); below half of --linger-rate it goes back. A
 # batch's events share processed_at (its transaction's now()), so distinct
 # values count batches.
 note "under load (1,000 emits/s against --linger-rate 300): claims every 50 ms, bigger batches"
