@@ -1,6 +1,9 @@
 /* webhook.c — the webhook channel's sender: signed JSON POSTs through libcurl's
  * multi interface, driven by a libev loop through curl_ev.c, with pooled easy
  * handles and the multi handle's connection cache so receivers see kept-alive connections.
+ * A pooled handle keeps the options every request shares; a request sets its url
+ * and body (copied into the transfer's own buffer) and rebuilds its headers in
+ * place, allocating nothing once the pool is warm.
  *
  * Response bodies: the first max_response_bytes are kept for the excerpt, the
  * rest is read and discarded so the connection can be reused; once more than
@@ -60,6 +63,13 @@
 #define WEBHOOK_SIGNATURE_LEN CRIER_WEBHOOK_SIGNATURE_LEN
 #define WEBHOOK_SECRET_PREFIX "whsec_"
 #define WEBHOOK_USER_AGENT "crier/0.1"
+/* The request headers: Content-Type, webhook-id, webhook-timestamp,
+ * webhook-signature, Idempotency-Key and an empty Expect. */
+#define WEBHOOK_HEADERS 6
+/* Their text: names, the id twice, the timestamp and every signature. */
+#define WEBHOOK_HEADER_TEXT_LEN (2 * WEBHOOK_MAX_ID_LEN + CRIER_WEBHOOK_SIGNATURES_LEN + 256)
+/* A pooled transfer keeps a body buffer up to this size for the next request. */
+#define WEBHOOK_KEEP_BODY_BYTES (64 * 1024)
 
 typedef struct webhook_transfer webhook_transfer;
 
@@ -67,8 +77,14 @@ typedef struct webhook_transfer webhook_transfer;
 struct webhook_transfer {
     crier_webhook_sender *sender;
     webhook_transfer *prev, *next; /* active list, or (next only) the idle pool */
-    CURL *easy;
-    struct curl_slist *headers;
+    CURL *easy; /* its request-independent options set once (webhook_transfer_get) */
+    /* The request's headers: a curl_slist built in place over header_text, so
+     * that a request allocates nothing for them (CURLOPT_HTTPHEADER points at
+     * headers[0] for the handle's life). */
+    struct curl_slist headers[WEBHOOK_HEADERS];
+    char header_text[WEBHOOK_HEADER_TEXT_LEN];
+    char *body; /* the request body (CURLOPT_POSTFIELDS: curl reads it in place) */
+    size_t body_cap;
     int64_t token;       /* handed back in the result */
     int64_t delivery_id; /* for the log */
     double start_ms;
@@ -353,98 +369,17 @@ static void webhook_transfer_free(webhook_transfer *t)
         return;
     if (t->easy)
         curl_easy_cleanup(t->easy);
-    curl_slist_free_all(t->headers);
+    free(t->body);
     free(t->excerpt);
     free(t);
 }
 
-/* Takes an idle transfer from the pool (its easy handle reset) or makes one. */
-static webhook_transfer *webhook_transfer_get(crier_webhook_sender *s)
-{
-    webhook_transfer *t = s->idle;
-
-    if (t) {
-        s->idle = t->next;
-        s->idle_count--;
-    } else {
-        t = calloc(1, sizeof *t);
-        if (!t)
-            goto fail;
-        t->sender = s;
-        t->easy = curl_easy_init();
-        t->excerpt = malloc(s->opts.max_response_bytes + 1);
-        if (!t->easy || !t->excerpt)
-            goto fail;
-    }
-    t->prev = t->next = NULL;
-    t->excerpt_len = 0;
-    t->excerpt[0] = '\0';
-    t->discarded = 0;
-    t->capped = 0;
-    t->retry_after_s = -1;
-    t->guard_allowed = 0;
-    t->guard_refused = 0;
-    t->refused_msg[0] = '\0';
-    t->errbuf[0] = '\0';
-    return t;
-fail:
-    webhook_transfer_free(t);
-    return NULL;
-}
-
-/* Returns a finished (or never started) transfer to the pool. */
-static void webhook_transfer_put(crier_webhook_sender *s, webhook_transfer *t)
-{
-    curl_slist_free_all(t->headers);
-    t->headers = NULL;
-    if (crier_curl_ev_closing(s->curl) || s->idle_count >= s->opts.max_inflight) {
-        webhook_transfer_free(t);
-        return;
-    }
-    /* Drops the request's options and body copy; connections stay cached in
-     * the multi handle. */
-    curl_easy_reset(t->easy);
-    t->prev = NULL;
-    t->next = s->idle;
-    s->idle = t;
-    s->idle_count++;
-}
-
-static void webhook_active_unlink(crier_webhook_sender *s, webhook_transfer *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        s->active = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    t->prev = t->next = NULL;
-}
-
-/* Appends "name: value" to t->headers. Returns 0 or -1 (out of memory). */
-static int webhook_add_header(webhook_transfer *t, const char *name, const char *value)
-{
-    char line[WEBHOOK_MAX_ID_LEN + CRIER_WEBHOOK_SIGNATURES_LEN + 64];
-    struct curl_slist *l;
-    int n = snprintf(line, sizeof line, "%s: %s", name, value);
-
-    if (n < 0 || (size_t)n >= sizeof line)
-        return -1;
-    l = curl_slist_append(t->headers, line);
-    if (!l)
-        return -1;
-    t->headers = l;
-    return 0;
-}
-
-/* Sets every option of one request on t's (fresh or reset) easy handle. */
-static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
-                                  const crier_webhook_request *req, int64_t timestamp,
-                                  const char *signature)
+/* Sets the options every request of s shares on a new easy handle, once for
+ * its life in the pool: a request then sets only its url and body (before, a
+ * reset and some twenty options per request, several of them copied strings). */
+static int webhook_easy_init(crier_webhook_sender *s, webhook_transfer *t)
 {
     CURL *e = t->easy;
-    char ts[32];
-    struct curl_slist *l;
     CURLcode rc;
 
 #define WEBHOOK_SETOPT(opt, val)                                                                   \
@@ -454,24 +389,8 @@ static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
             goto fail;                                                                              \
     } while (0)
 
-    snprintf(ts, sizeof ts, "%" PRId64, timestamp);
-    if (webhook_add_header(t, "Content-Type", "application/json") ||
-        webhook_add_header(t, "webhook-id", req->webhook_id) ||
-        webhook_add_header(t, "webhook-timestamp", ts) ||
-        (signature && webhook_add_header(t, "webhook-signature", signature)) ||
-        webhook_add_header(t, "Idempotency-Key", req->webhook_id)) {
-        crier_warn("webhook", "out of memory building headers");
-        return -1;
-    }
-    /* No "Expect: 100-continue" round trip for larger bodies. */
-    l = curl_slist_append(t->headers, "Expect:");
-    if (!l)
-        return -1;
-    t->headers = l;
-
     WEBHOOK_SETOPT(CURLOPT_PRIVATE, t);
     WEBHOOK_SETOPT(CURLOPT_NOSIGNAL, 1L);
-    WEBHOOK_SETOPT(CURLOPT_URL, req->url);
 #if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85.0 */
     WEBHOOK_SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
     WEBHOOK_SETOPT(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -490,8 +409,6 @@ static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
     WEBHOOK_SETOPT(CURLOPT_USERAGENT, WEBHOOK_USER_AGENT);
     WEBHOOK_SETOPT(CURLOPT_HTTPHEADER, t->headers);
     WEBHOOK_SETOPT(CURLOPT_POST, 1L);
-    WEBHOOK_SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
-    WEBHOOK_SETOPT(CURLOPT_COPYPOSTFIELDS, req->body ? req->body : "");
     WEBHOOK_SETOPT(CURLOPT_WRITEFUNCTION, webhook_write_cb);
     WEBHOOK_SETOPT(CURLOPT_WRITEDATA, t);
     WEBHOOK_SETOPT(CURLOPT_HEADERFUNCTION, webhook_header_cb);
@@ -500,10 +417,136 @@ static int webhook_transfer_setup(crier_webhook_sender *s, webhook_transfer *t,
     WEBHOOK_SETOPT(CURLOPT_TCP_NODELAY, 1L);
     return 0;
 fail:
-    crier_warn("webhook", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,
-               curl_easy_strerror(rc));
+    crier_warn("webhook", "cannot set up a libcurl handle: %s", curl_easy_strerror(rc));
     return -1;
 #undef WEBHOOK_SETOPT
+}
+
+/* Takes an idle transfer from the pool or makes one. */
+static webhook_transfer *webhook_transfer_get(crier_webhook_sender *s)
+{
+    webhook_transfer *t = s->idle;
+
+    if (t) {
+        s->idle = t->next;
+        s->idle_count--;
+    } else {
+        t = calloc(1, sizeof *t);
+        if (!t)
+            goto fail;
+        t->sender = s;
+        t->easy = curl_easy_init();
+        t->excerpt = malloc(s->opts.max_response_bytes + 1);
+        if (!t->easy || !t->excerpt || webhook_easy_init(s, t) != 0)
+            goto fail;
+    }
+    t->prev = t->next = NULL;
+    t->excerpt_len = 0;
+    t->excerpt[0] = '\0';
+    t->discarded = 0;
+    t->capped = 0;
+    t->retry_after_s = -1;
+    t->guard_allowed = 0;
+    t->guard_refused = 0;
+    t->refused_msg[0] = '\0';
+    t->errbuf[0] = '\0';
+    return t;
+fail:
+    webhook_transfer_free(t);
+    return NULL;
+}
+
+/* Returns a finished (or never started) transfer to the pool; its easy handle
+ * keeps its options, and connections stay cached in the multi handle. */
+static void webhook_transfer_put(crier_webhook_sender *s, webhook_transfer *t)
+{
+    if (crier_curl_ev_closing(s->curl) || s->idle_count >= s->opts.max_inflight) {
+        webhook_transfer_free(t);
+        return;
+    }
+    if (t->body_cap > WEBHOOK_KEEP_BODY_BYTES) {
+        free(t->body);
+        t->body = NULL;
+        t->body_cap = 0;
+    }
+    t->prev = NULL;
+    t->next = s->idle;
+    s->idle = t;
+    s->idle_count++;
+}
+
+static void webhook_active_unlink(crier_webhook_sender *s, webhook_transfer *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        s->active = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+}
+
+/* Appends the header "name: value" (value NULL: name as it is) to t->headers,
+ * its text in header_text from *used on. Returns 0, or -1 when it does not fit. */
+static int webhook_add_header(webhook_transfer *t, int *count, size_t *used, const char *name,
+                              const char *value)
+{
+    char *at = t->header_text + *used;
+    size_t room = sizeof t->header_text - *used;
+    int n = value ? snprintf(at, room, "%s: %s", name, value) : snprintf(at, room, "%s", name);
+
+    if (*count == WEBHOOK_HEADERS || n < 0 || (size_t)n >= room)
+        return -1;
+    t->headers[*count].data = at;
+    t->headers[*count].next = NULL;
+    if (*count > 0)
+        t->headers[*count - 1].next = &t->headers[*count];
+    (*count)++;
+    *used += (size_t)n + 1;
+    return 0;
+}
+
+/* Sets one request's headers, url and body on t's easy handle. */
+static int webhook_transfer_setup(webhook_transfer *t, const crier_webhook_request *req,
+                                  int64_t timestamp, const char *signature)
+{
+    char ts[32];
+    int count = 0;
+    size_t used = 0;
+    CURLcode rc;
+
+    snprintf(ts, sizeof ts, "%" PRId64, timestamp);
+    if (webhook_add_header(t, &count, &used, "Content-Type", "application/json") ||
+        webhook_add_header(t, &count, &used, "webhook-id", req->webhook_id) ||
+        webhook_add_header(t, &count, &used, "webhook-timestamp", ts) ||
+        (signature && webhook_add_header(t, &count, &used, "webhook-signature", signature)) ||
+        webhook_add_header(t, &count, &used, "Idempotency-Key", req->webhook_id) ||
+        /* No "Expect: 100-continue" round trip for larger bodies. */
+        webhook_add_header(t, &count, &used, "Expect:", NULL)) {
+        crier_warn("webhook", "delivery %" PRId64 ": headers too long", req->delivery_id);
+        return -1;
+    }
+    if (req->body_len + 1 > t->body_cap) {
+        char *body = realloc(t->body, req->body_len + 1);
+
+        if (!body) {
+            crier_warn("webhook", "out of memory for a body of %zu bytes", req->body_len);
+            return -1;
+        }
+        t->body = body;
+        t->body_cap = req->body_len + 1;
+    }
+    if (req->body_len > 0)
+        memcpy(t->body, req->body, req->body_len);
+    t->body[req->body_len] = '\0';
+    if ((rc = curl_easy_setopt(t->easy, CURLOPT_URL, req->url)) != CURLE_OK ||
+        (rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len)) != CURLE_OK ||
+        (rc = curl_easy_setopt(t->easy, CURLOPT_POSTFIELDS, t->body)) != CURLE_OK) {
+        crier_warn("webhook", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,
+                   curl_easy_strerror(rc));
+        return -1;
+    }
+    return 0;
 }
 
 /* crier_curl_ev_guard_fn: lets a socket open only to an address the sender's
@@ -648,7 +691,7 @@ int crier_webhook_send(crier_webhook_sender *s, const crier_webhook_request *req
     }
     t->token = req->token;
     t->delivery_id = req->delivery_id;
-    if (webhook_transfer_setup(s, t, req, timestamp, req->secret ? signature : NULL) != 0)
+    if (webhook_transfer_setup(t, req, timestamp, req->secret ? signature : NULL) != 0)
         goto fail;
     t->start_ms = crier_clock_ms();
     t->guard.check = webhook_guard_cb;

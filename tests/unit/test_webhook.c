@@ -1100,6 +1100,94 @@ static void test_two_secrets(const char *dir)
     receiver_stop(&r);
 }
 
+/* One sender, one request at a time, so each reuses the pooled handle of the
+ * one before (its options are set once, its headers and body rebuilt in
+ * place): bodies long and short and empty, ids long and short, with and
+ * without a secret must each reach the receiver exactly as sent, with no
+ * header or byte left over from the request before. */
+static void test_pooled_reuse(const char *dir)
+{
+    enum { N = 6 };
+    static char bodies[N][4096];
+    static char ids[N][520];
+    receiver r = {0};
+    crier_webhook_request req;
+    char url[128];
+    int i, lines = 0;
+    FILE *f;
+    char *line = NULL;
+    size_t cap = 0;
+
+    CHECK(receiver_start(&r, dir, "reuse", "204", NULL, NULL) == 0);
+    if (!r.port)
+        return;
+    reset_ctx(&ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/reuse", r.port);
+    for (i = 0; i < N; i++) {
+        size_t len = i % 2 == 0 ? 3000 - (size_t)i * 100 : (size_t)i * 3;
+
+        /* even: a long body, a 512-byte id, signed; odd: short, unsigned; the last: empty */
+        if (i == N - 1)
+            len = 0;
+        memset(bodies[i], 'a' + i, len);
+        bodies[i][len] = '\0';
+        if (i % 2 == 0) {
+            int n = snprintf(ids[i], sizeof ids[i], "msg_reuse_%d_", i);
+            memset(ids[i] + n, 'x', 512 - (size_t)n);
+            ids[i][512] = '\0';
+        } else {
+            snprintf(ids[i], sizeof ids[i], "msg_reuse_%d", i);
+        }
+        memset(&req, 0, sizeof req);
+        req.token = i;
+        req.url = url;
+        req.body = bodies[i];
+        req.body_len = len;
+        req.webhook_id = ids[i];
+        req.secret = i % 2 == 0 ? TEST_SECRET : NULL;
+        req.timestamp = 1700000200 + i;
+        CHECK(send_req(&ctx, &req) == 0);
+        run_loop(&ctx, i + 1, 10.0);
+        CHECK(ctx.completed == i + 1);
+        CHECK(ctx.out[i].calls == 1 && ctx.out[i].status == 204 && !ctx.out[i].has_error);
+    }
+
+    f = fopen(r.log_path, "r");
+    CHECK(f != NULL);
+    while (f && getline(&line, &cap, f) > 0) {
+        char *hid = json_get(line, "webhook-id"), *sig = json_get(line, "webhook-signature");
+        char *ts = json_get(line, "webhook-timestamp"), *got = json_get(line, "body");
+        char *idem = json_get(line, "idempotency-key"), *ctype = json_get(line, "content-type");
+        char want[64];
+        int k = -1;
+
+        lines++;
+        CHECK(hid && sscanf(hid, "msg_reuse_%d", &k) == 1 && k >= 0 && k < N);
+        if (hid && k >= 0 && k < N) {
+            CHECK_STR(hid, ids[k]);
+            CHECK_STR(idem, ids[k]);
+            CHECK_STR(got, bodies[k]);
+            CHECK_STR(ctype, "application/json");
+            CHECK(ts && atoll(ts) == 1700000200LL + k);
+            if (k % 2 == 0) {
+                CHECK(crier_webhook_sign(TEST_SECRET, ids[k], 1700000200LL + k, bodies[k],
+                                         strlen(bodies[k]), want, sizeof want) == 0);
+                CHECK_STR(sig, want);
+            } else {
+                CHECK(sig == NULL);
+            }
+        }
+        free(hid), free(sig), free(ts), free(got), free(idem), free(ctype);
+    }
+    CHECK(lines == N);
+    free(line);
+    if (f)
+        fclose(f);
+    crier_webhook_sender_free(ctx.sender);
+    receiver_stop(&r);
+}
+
 /* True when a connection is waiting on the listening socket fd. */
 static int connection_pending(int fd)
 {
@@ -1335,6 +1423,7 @@ int main(void)
     test_refused();
     test_raw_responses();
     test_two_secrets(dir);
+    test_pooled_reuse(dir);
     test_guard(dir);
     test_body_limit(dir);
     test_throughput(dir);
