@@ -1,11 +1,23 @@
 /* curl_ev.c — libcurl multi on libev: socket and timer callbacks, completion
- * dispatch, close deferred past running callbacks (see curl_ev.h). */
+ * dispatch, close deferred past running callbacks (see curl_ev.h).
+ *
+ * Parked watchers: when a transfer ends, curl stops asking about its socket
+ * (CURL_POLL_REMOVE) and the connection waits in curl's cache; the next
+ * transfer on it asks again at once. Stopping and starting an ev_io for that
+ * cost a failed epoll_ctl per request (libev leaves a stopped fd registered,
+ * so the restart's EPOLL_CTL_ADD met EEXIST) and a free and calloc. A watcher
+ * that waited for reading only is parked instead: it stays active, filed under
+ * its fd, and the next ask takes it back. Should the idle connection become
+ * readable meanwhile (the peer closed it), the parked watcher is dropped
+ * without telling curl, which checks a cached connection before reusing it.
+ * A watcher that waited for writing is never parked (it would fire at once). */
 #include "curl_ev.h"
 
 #include "log.h"
 
 #include <ev.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +28,7 @@ struct curl_ev_socket {
     ev_io io;
     crier_curl_ev *owner;
     curl_socket_t fd;
+    bool parked; /* curl removed it; filed in owner->parked[fd] */
     curl_ev_socket *prev, *next;
 };
 
@@ -27,7 +40,9 @@ struct crier_curl_ev {
     crier_curl_ev_done_fn done;
     crier_curl_ev_destroy_fn destroy;
     void *ud;
-    curl_ev_socket *sockets; /* doubly linked */
+    curl_ev_socket *sockets; /* doubly linked, parked ones too */
+    curl_ev_socket **parked; /* by fd: the parked watcher of that socket, or NULL */
+    size_t parked_cap;
     curl_socket_t *fds;      /* every socket opened through us and not yet closed */
     size_t nfds, fds_cap;
     int dispatching; /* > 0 while done callbacks may run */
@@ -52,6 +67,7 @@ static void curl_ev_destroy(crier_curl_ev *c)
         free(ws);
     }
     ev_timer_stop(c->loop, &c->timer);
+    free(c->parked);
     free(c->fds);
     free(c);
 }
@@ -80,6 +96,64 @@ static void curl_ev_drain(crier_curl_ev *c)
         curl_ev_destroy(c);
 }
 
+/* Stops and frees a watcher (unfiling it if parked). */
+static void curl_ev_socket_drop(crier_curl_ev *c, curl_ev_socket *ws)
+{
+    ev_io_stop(c->loop, &ws->io);
+    if (ws->parked && (size_t)ws->fd < c->parked_cap && c->parked[ws->fd] == ws)
+        c->parked[ws->fd] = NULL;
+    if (ws->prev)
+        ws->prev->next = ws->next;
+    else
+        c->sockets = ws->next;
+    if (ws->next)
+        ws->next->prev = ws->prev;
+    free(ws);
+}
+
+/* curl no longer asks about ws's socket: parks the watcher if it waited for
+ * reading only (see the top of this file), else drops it. */
+static void curl_ev_socket_park(crier_curl_ev *c, curl_ev_socket *ws)
+{
+    size_t fd = (size_t)ws->fd;
+
+    if (ws->fd < 0 || !ev_is_active(&ws->io) || (ws->io.events & (EV_READ | EV_WRITE)) != EV_READ) {
+        curl_ev_socket_drop(c, ws);
+        return;
+    }
+    if (fd >= c->parked_cap) {
+        size_t cap = c->parked_cap ? c->parked_cap : 64;
+        curl_ev_socket **parked;
+
+        while (cap <= fd)
+            cap *= 2;
+        parked = realloc(c->parked, cap * sizeof *parked);
+        if (!parked) {
+            curl_ev_socket_drop(c, ws);
+            return;
+        }
+        memset(parked + c->parked_cap, 0, (cap - c->parked_cap) * sizeof *parked);
+        c->parked = parked;
+        c->parked_cap = cap;
+    }
+    if (c->parked[fd])
+        curl_ev_socket_drop(c, c->parked[fd]);
+    ws->parked = true;
+    c->parked[fd] = ws;
+}
+
+/* The parked watcher of fd, unfiled, or NULL. */
+static curl_ev_socket *curl_ev_socket_unpark(crier_curl_ev *c, curl_socket_t fd)
+{
+    curl_ev_socket *ws;
+
+    if (fd < 0 || (size_t)fd >= c->parked_cap || !(ws = c->parked[fd]))
+        return NULL;
+    c->parked[fd] = NULL;
+    ws->parked = false;
+    return ws;
+}
+
 static void curl_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     curl_ev_socket *ws = w->data;
@@ -88,6 +162,11 @@ static void curl_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     int action = 0, running = 0;
 
     (void)loop;
+    if (ws->parked) {
+        /* an idle cached connection became readable: stop watching it */
+        curl_ev_socket_drop(c, ws);
+        return;
+    }
     if (revents & EV_READ)
         action |= CURL_CSELECT_IN;
     if (revents & EV_WRITE)
@@ -120,18 +199,17 @@ static int curl_ev_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp
     (void)easy;
     if (what == CURL_POLL_REMOVE) {
         if (ws) {
-            ev_io_stop(c->loop, &ws->io);
-            if (ws->prev)
-                ws->prev->next = ws->next;
-            else
-                c->sockets = ws->next;
-            if (ws->next)
-                ws->next->prev = ws->prev;
-            free(ws);
             curl_multi_assign(c->multi, fd, NULL);
+            curl_ev_socket_park(c, ws);
         }
         return 0;
     }
+    if (what & CURL_POLL_IN)
+        events |= EV_READ;
+    if (what & CURL_POLL_OUT)
+        events |= EV_WRITE;
+    if (!ws && (ws = curl_ev_socket_unpark(c, fd)) != NULL)
+        curl_multi_assign(c->multi, fd, ws);
     if (!ws) {
         ws = calloc(1, sizeof *ws);
         if (!ws) {
@@ -147,13 +225,11 @@ static int curl_ev_socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp
         ev_init(&ws->io, curl_ev_io_cb);
         ws->io.data = ws;
         curl_multi_assign(c->multi, fd, ws);
+    } else if (ev_is_active(&ws->io) && (ws->io.events & (EV_READ | EV_WRITE)) == events) {
+        return 0; /* already waiting for just that */
     } else {
         ev_io_stop(c->loop, &ws->io);
     }
-    if (what & CURL_POLL_IN)
-        events |= EV_READ;
-    if (what & CURL_POLL_OUT)
-        events |= EV_WRITE;
     ev_io_set(&ws->io, fd, events);
     ev_io_start(c->loop, &ws->io);
     return 0;
@@ -213,7 +289,11 @@ static curl_socket_t curl_ev_open_guarded_cb(void *clientp, curlsocktype purpose
 static int curl_ev_close_socket_cb(void *clientp, curl_socket_t fd)
 {
     crier_curl_ev *c = clientp;
+    curl_ev_socket *ws = curl_ev_socket_unpark(c, fd);
 
+    /* a parked watcher must not outlive its socket (the number is reused) */
+    if (ws)
+        curl_ev_socket_drop(c, ws);
     for (size_t i = 0; i < c->nfds; i++) {
         if (c->fds[i] == fd) {
             c->fds[i] = c->fds[--c->nfds];
