@@ -533,6 +533,21 @@ static char *batch_body(int i)
     return b;
 }
 
+/* Starts receiver.py as name (answering statuses, checking secrets if given)
+ * and a loopback sender on ctx; url gets the receiver's address plus path.
+ * Returns 0, or -1 when the receiver did not start (already a failed check). */
+static int receiver_and_sender(receiver *r, const char *dir, const char *name, const char *statuses,
+                               const char *secrets, const char *path, char *url, size_t url_len)
+{
+    CHECK(receiver_start(r, dir, name, statuses, NULL, secrets) == 0);
+    if (!r->port)
+        return -1;
+    reset_ctx(&ctx);
+    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
+    snprintf(url, url_len, "http://127.0.0.1:%d%s", r->port, path);
+    return 0;
+}
+
 static void test_batch(const char *dir)
 {
     receiver r = {0};
@@ -543,12 +558,8 @@ static void test_batch(const char *dir)
     char *line = NULL;
     size_t cap = 0;
 
-    CHECK(receiver_start(&r, dir, "batch", "500,204", NULL, NULL) == 0);
-    if (!r.port)
+    if (receiver_and_sender(&r, dir, "batch", "500,204", NULL, "/hook?x=1", url, sizeof url) != 0)
         return;
-    reset_ctx(&ctx);
-    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook?x=1", r.port);
     for (i = 0; i < BATCH; i++) {
         bodies[i] = batch_body(i);
         memset(&req, 0, sizeof req);
@@ -1098,12 +1109,8 @@ static void test_two_secrets(const char *dir)
     char *line = NULL;
     size_t cap = 0;
 
-    CHECK(receiver_start(&r, dir, "rotation", "204", NULL, TEST_SECRET " " SECOND_SECRET) == 0);
-    if (!r.port)
+    if (receiver_and_sender(&r, dir, "rotation", "204", TEST_SECRET " " SECOND_SECRET, "/rotation", url, sizeof url) != 0)
         return;
-    reset_ctx(&ctx);
-    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/rotation", r.port);
     for (i = 0; i < N; i++) {
         memset(&req, 0, sizeof req);
         snprintf(id, sizeof id, "msg_rotation_%d", i);
@@ -1173,12 +1180,8 @@ static void test_pooled_reuse(const char *dir)
     char *line = NULL;
     size_t cap = 0;
 
-    CHECK(receiver_start(&r, dir, "reuse", "204", NULL, NULL) == 0);
-    if (!r.port)
+    if (receiver_and_sender(&r, dir, "reuse", "204", NULL, "/reuse", url, sizeof url) != 0)
         return;
-    reset_ctx(&ctx);
-    ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/reuse", r.port);
     for (i = 0; i < N; i++) {
         size_t len = i % 2 == 0 ? 3000 - (size_t)i * 100 : (size_t)i * 3;
 
