@@ -28,7 +28,6 @@ struct curl_ev_socket {
     ev_io io;
     crier_curl_ev *owner;
     curl_socket_t fd;
-    bool parked; /* curl removed it; filed in owner->parked[fd] */
     curl_ev_socket *prev, *next;
 };
 
@@ -96,11 +95,17 @@ static void curl_ev_drain(crier_curl_ev *c)
         curl_ev_destroy(c);
 }
 
+/* Whether ws is parked: filed under its fd. */
+static bool curl_ev_socket_parked(const crier_curl_ev *c, const curl_ev_socket *ws)
+{
+    return ws->fd >= 0 && (size_t)ws->fd < c->parked_cap && c->parked[ws->fd] == ws;
+}
+
 /* Stops and frees a watcher (unfiling it if parked). */
 static void curl_ev_socket_drop(crier_curl_ev *c, curl_ev_socket *ws)
 {
     ev_io_stop(c->loop, &ws->io);
-    if (ws->parked && (size_t)ws->fd < c->parked_cap && c->parked[ws->fd] == ws)
+    if (curl_ev_socket_parked(c, ws))
         c->parked[ws->fd] = NULL;
     if (ws->prev)
         ws->prev->next = ws->next;
@@ -138,7 +143,6 @@ static void curl_ev_socket_park(crier_curl_ev *c, curl_ev_socket *ws)
     }
     if (c->parked[fd])
         curl_ev_socket_drop(c, c->parked[fd]);
-    ws->parked = true;
     c->parked[fd] = ws;
 }
 
@@ -150,7 +154,6 @@ static curl_ev_socket *curl_ev_socket_unpark(crier_curl_ev *c, curl_socket_t fd)
     if (fd < 0 || (size_t)fd >= c->parked_cap || !(ws = c->parked[fd]))
         return NULL;
     c->parked[fd] = NULL;
-    ws->parked = false;
     return ws;
 }
 
@@ -162,7 +165,7 @@ static void curl_ev_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     int action = 0, running = 0;
 
     (void)loop;
-    if (ws->parked) {
+    if (curl_ev_socket_parked(c, ws)) {
         /* an idle cached connection became readable: stop watching it */
         curl_ev_socket_drop(c, ws);
         return;
