@@ -514,10 +514,18 @@ local function publish(ngx)
     end
 end
 
+-- Seconds between the two reads of a changed rules directory that must
+-- agree before it is loaded or refused.
+local SETTLE_SECONDS = 0.05
+
 -- M.rules_check(): reads the rules directory and, when its version changed,
 -- loads it and swaps this worker's generation; a version that does not load
 -- is refused (logged once, with each problem's file:line) and the old one
--- kept. Returns "same", "swapped" or "refused", and the error.
+-- kept. A changed directory is read again SETTLE_SECONDS later (in nginx)
+-- and acted on only when both reads agree: a file caught while an editor or
+-- `printf >` is still writing it (truncated, then written) is neither loaded
+-- nor refused, and the next check looks again. Returns "same", "swapped",
+-- "refused" or "settling", and the error.
 function M.rules_check()
     local ngx = rawget(_G, "ngx")
     local files, err = M.read_rules(rules.dir)
@@ -530,6 +538,13 @@ function M.rules_check()
     end
     if rules.refused and rules.refused.version == version then
         return "refused", rules.refused.error
+    end
+    if ngx and ngx.sleep then
+        ngx.sleep(SETTLE_SECONDS)
+        local again = M.read_rules(rules.dir)
+        if not again or M.version(again) ~= version then
+            return "settling"
+        end
     end
     local loaded, problems = load_files(files, rules.settings, version)
     if not loaded then
