@@ -66,7 +66,9 @@ static const char bench_deliver_help[] =
     "  latency     events offered at R/s for S seconds (one recipient each, each\n"
     "              `SELECT crier.emit(...)` its own transaction, over C connections)\n"
     "              to a running `crier serve`: p50/p99 of the receiver's log time\n"
-    "              minus the time the event's commit returned, in ms.\n"
+    "              minus the time the event's commit returned, in ms; and the\n"
+    "              p50/p99 of its stages alone, from the rows it left: commit ->\n"
+    "              the fan-out batch's start, -> the send's start, -> the answer.\n"
     "Repeats K times (the throughput and floor runs alternate their order), prints\n"
     "medians, min/max and the ratio deliveries/s / floor/s. --json prints one object.\n"
     "--seconds 0 skips the latency phase.\n"
@@ -95,6 +97,11 @@ typedef struct {
      * and of the floor run's (this process's engine, the server) */
     double cpu_crier_us, cpu_receiver_us, cpu_server_us, floor_cpu_crier_us, floor_cpu_server_us;
     double p50_ms, p99_ms, max_ms, emit_per_s;
+    /* where the latency run's time went, per delivery (ms, p50 and p99 of
+     * each stage alone): commit -> the fan-out batch's start, that start ->
+     * the send's start (the batch's claim, rules, write and commit, then the
+     * delivery claim), the send -> its answer (bench_latency_stages) */
+    double to_fanout_p50, to_fanout_p99, to_send_p50, to_send_p99, http_p50, http_p99;
     double load; /* 1-minute load average at the end of the run */
     long connections;
 } bench_run;
@@ -717,6 +724,43 @@ out:
     return rc;
 }
 
+/* Where the latency run's time went, from the rows it left: each event's
+ * created_at (its transaction's start: a single-statement emit, so about its
+ * commit), its notification's created_at (the start of the fan-out batch that
+ * made it) and its first attempt's started_at and duration (crier's clock, the
+ * same machine's). p50 and p99 of each stage alone, in ms: the stages' p99s
+ * need not add up to the whole's. */
+static int bench_latency_stages(PGconn *conn, bench_run *run)
+{
+    PGresult *res = PQexec(
+        conn, "WITH x AS ("
+              "  SELECT extract(epoch FROM n.created_at - e.created_at) * 1000 AS to_fanout,"
+              "         extract(epoch FROM a.started_at - n.created_at) * 1000 AS to_send,"
+              "         a.duration_ms AS http"
+              "  FROM crier.events e JOIN crier.notifications n ON n.event_id = e.id"
+              "  JOIN crier.deliveries d ON d.notification_id = n.id"
+              "  JOIN crier.delivery_attempts a ON a.delivery_id = d.id AND a.attempt = 1"
+              "  WHERE e.tenant = '" BENCH_TENANT "' AND e.entity_id LIKE 'l%')"
+              " SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY to_fanout),"
+              "        percentile_cont(0.99) WITHIN GROUP (ORDER BY to_fanout),"
+              "        percentile_cont(0.5) WITHIN GROUP (ORDER BY to_send),"
+              "        percentile_cont(0.99) WITHIN GROUP (ORDER BY to_send),"
+              "        percentile_cont(0.5) WITHIN GROUP (ORDER BY http),"
+              "        percentile_cont(0.99) WITHIN GROUP (ORDER BY http) FROM x");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQgetisnull(res, 0, 0)) {
+        crier_cli_error("bench", "latency: the stages could not be read from the database: %s",
+                        PQresultStatus(res) == PGRES_TUPLES_OK ? "no attempts recorded" : PQerrorMessage(conn));
+        PQclear(res);
+        return -1;
+    }
+    double *stage[] = {&run->to_fanout_p50, &run->to_fanout_p99, &run->to_send_p50,
+                       &run->to_send_p99,   &run->http_p50,      &run->http_p99};
+    for (int i = 0; i < 6; i++)
+        *stage[i] = strtod(PQgetvalue(res, 0, i), NULL);
+    PQclear(res);
+    return 0;
+}
+
 /* The latency run: a running `crier serve`, events emitted at --rate for
  * --seconds, each webhook matched to its event by its id (the notification
  * key of (tenant, type, entity, recipient), computed here as the engine does). */
@@ -805,6 +849,8 @@ static int bench_phase_latency(bench_ctx *b, bench_run *run)
     run->p50_ms = crier_bench_quantile(lat, (size_t)n, 0.50);
     run->p99_ms = crier_bench_quantile(lat, (size_t)n, 0.99);
     run->max_ms = lat[n - 1];
+    if (bench_latency_stages(b->conn, run) < 0)
+        goto out;
     rc = 0;
 out:
     crier_bench_stop_child(&b->serve_pid, 15);
@@ -906,6 +952,19 @@ static void bench_report(const bench_opts *o, const bench_run *runs, long delive
     bench_figure pmax = bench_figure_of(runs, o->repeat, offsetof(bench_run, max_ms));
     bench_figure emit = bench_figure_of(runs, o->repeat, offsetof(bench_run, emit_per_s));
     bench_figure load = bench_figure_of(runs, o->repeat, offsetof(bench_run, load));
+    static const struct {
+        const char *name;
+        size_t p50, p99;
+    } stages[] = {
+        {"to_fanout", offsetof(bench_run, to_fanout_p50), offsetof(bench_run, to_fanout_p99)},
+        {"to_send", offsetof(bench_run, to_send_p50), offsetof(bench_run, to_send_p99)},
+        {"http", offsetof(bench_run, http_p50), offsetof(bench_run, http_p99)},
+    };
+    bench_figure stage_p50[3], stage_p99[3];
+    for (int i = 0; i < 3; i++) {
+        stage_p50[i] = bench_figure_of(runs, o->repeat, stages[i].p50);
+        stage_p99[i] = bench_figure_of(runs, o->repeat, stages[i].p99);
+    }
     bench_figure c_crier = bench_figure_of(runs, o->repeat, offsetof(bench_run, cpu_crier_us));
     bench_figure c_recv = bench_figure_of(runs, o->repeat, offsetof(bench_run, cpu_receiver_us));
     bench_figure c_server = bench_figure_of(runs, o->repeat, offsetof(bench_run, cpu_server_us));
@@ -940,6 +999,13 @@ static void bench_report(const bench_opts *o, const bench_run *runs, long delive
         json_number("deliveries_spread_pct", http.spread_pct, 1, true);
         json_number("floor_spread_pct", floor_.spread_pct, 1, true);
         json_number("p99_spread_pct", p99.spread_pct, 1, true);
+        for (int i = 0; i < 3; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "stage_%s_p50_ms", stages[i].name);
+            json_number(name, stage_p50[i].med, 2, true);
+            snprintf(name, sizeof name, "stage_%s_p99_ms", stages[i].name);
+            json_number(name, stage_p99[i].med, 2, true);
+        }
         json_number("rate", o->seconds > 0 ? o->rate : NAN, 0, true);
         json_number("emit_per_s", emit.med, 0, true);
         printf("\"emit_connections\": %d, ", o->emit_connections);
@@ -974,6 +1040,10 @@ static void bench_report(const bench_opts *o, const bench_run *runs, long delive
         printf("p99_ms: %.2f (min %.2f, max %.2f, spread %.1f%%)\n", p99.med, p99.lo, p99.hi,
                p99.spread_pct);
         printf("max_ms: %.2f (min %.2f, max %.2f)\n", pmax.med, pmax.lo, pmax.hi);
+        printf("stages p50/p99 ms (medians; each stage alone): to_fanout %.2f/%.2f (commit -> the fan-out "
+               "batch's start), to_send %.2f/%.2f (-> the send's start), http %.2f/%.2f (-> the answer)\n",
+               stage_p50[0].med, stage_p99[0].med, stage_p50[1].med, stage_p99[1].med, stage_p50[2].med,
+               stage_p99[2].med);
         printf("emit_per_s: %.0f (asked %d)\n", emit.med, o->rate);
     }
     printf("deliveries: %ld\nrecipients: %d\nlatency_events: %ld\nruns: %d\n", deliveries,
@@ -1102,6 +1172,7 @@ int crier_bench_deliver(int argc, char **argv)
         r->cpu_crier_us = r->cpu_receiver_us = r->cpu_server_us = NAN;
         r->floor_cpu_crier_us = r->floor_cpu_server_us = NAN;
         r->p50_ms = r->p99_ms = r->max_ms = r->emit_per_s = NAN;
+        r->to_fanout_p50 = r->to_fanout_p99 = r->to_send_p50 = r->to_send_p99 = r->http_p50 = r->http_p99 = NAN;
         if (bench_preload(&b, events) < 0)
             goto out;
         /* Alternate the order so that neither side always runs on a warmer cache. */
@@ -1120,8 +1191,11 @@ int crier_bench_deliver(int argc, char **argv)
                     i + 1, r->http_per_s, r->receiver_per_s, r->connections, r->floor_per_s,
                     r->http_per_s / r->floor_per_s);
             if (latency_events > 0)
-                fprintf(stderr, "; latency p50 %.2f ms, p99 %.2f ms, max %.2f ms at %.0f events/s",
-                        r->p50_ms, r->p99_ms, r->max_ms, r->emit_per_s);
+                fprintf(stderr,
+                        "; latency p50 %.2f ms, p99 %.2f ms, max %.2f ms at %.0f events/s (p50/p99 ms: to "
+                        "fan-out %.2f/%.2f, to send %.2f/%.2f, http %.2f/%.2f)",
+                        r->p50_ms, r->p99_ms, r->max_ms, r->emit_per_s, r->to_fanout_p50, r->to_fanout_p99,
+                        r->to_send_p50, r->to_send_p99, r->http_p50, r->http_p99);
             fprintf(stderr, "; load %.1f\n", r->load);
         }
     }

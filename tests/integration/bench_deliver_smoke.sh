@@ -31,6 +31,11 @@ assert o["deliveries_per_s_min"] <= o["deliveries_per_s"] <= o["deliveries_per_s
 # $msec has millisecond resolution: a latency may read up to 1 ms low.
 assert -1.0 <= o["p50_ms"] <= o["p99_ms"] <= o["max_ms"] < 10000, o
 assert 0 < o["emit_per_s"] <= 60, o
+# the stages, each alone: none may exceed the whole's max, and each p50 <= its p99
+for st in ("to_fanout", "to_send", "http"):
+    p50, p99 = o.get("stage_%s_p50_ms" % st), o.get("stage_%s_p99_ms" % st)
+    assert isinstance(p50, (int, float)) and isinstance(p99, (int, float)), (st, o)
+    assert 0 <= p50 <= p99 <= o["max_ms"] + 1.0, (st, o)
 EOF
 
 # Everything the bench started is gone: no work directory, no nginx, no serve.
