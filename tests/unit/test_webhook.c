@@ -156,6 +156,19 @@ static int send_req(test_ctx *c, const crier_webhook_request *req)
     return rc;
 }
 
+/* A request with the body "{}" to url under webhook_id, nothing else set. */
+static crier_webhook_request empty_body_request(const char *url, const char *webhook_id)
+{
+    crier_webhook_request req;
+
+    memset(&req, 0, sizeof req);
+    req.url = url;
+    req.body = "{}";
+    req.body_len = 2;
+    req.webhook_id = webhook_id;
+    return req;
+}
+
 /* ---- the python receiver ------------------------------------------------ */
 
 typedef struct {
@@ -480,10 +493,7 @@ static void test_refusals(void)
     reset_ctx(&ctx);
     ctx.sender = crier_webhook_sender_new(ctx.loop, NULL, on_done, &ctx);
     CHECK(ctx.sender != NULL);
-    memset(&req, 0, sizeof req);
-    req.url = "http://127.0.0.1:1/";
-    req.body = "{}";
-    req.body_len = 2;
+    req = empty_body_request("http://127.0.0.1:1/", NULL);
     for (i = 0; i < sizeof bad_ids / sizeof bad_ids[0]; i++) {
         req.webhook_id = bad_ids[i];
         CHECK(send_req(&ctx, &req) == -1);
@@ -662,11 +672,7 @@ static void test_timeout_and_limits(const char *dir)
     opts.connect_timeout_ms = 1000;
     opts.total_timeout_ms = 500;
     ctx.sender = crier_webhook_sender_new(ctx.loop, &opts, on_done, &ctx);
-    memset(&req, 0, sizeof req);
-    req.url = url;
-    req.body = "{}";
-    req.body_len = 2;
-    req.webhook_id = "msg_slow";
+    req = empty_body_request(url, "msg_slow");
     req.secret = TEST_SECRET;
     for (i = 0; i < 3; i++) {
         req.token = i;
@@ -717,11 +723,7 @@ static void test_refused(void)
 
     reset_ctx(&ctx);
     ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
-    memset(&req, 0, sizeof req);
-    req.url = url;
-    req.body = "{}";
-    req.body_len = 2;
-    req.webhook_id = "msg_refused";
+    req = empty_body_request(url, "msg_refused");
     for (i = 0; i < 2; i++) {
         req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
@@ -869,11 +871,7 @@ static void test_idle_close(void)
     reset_ctx(&ctx);
     ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/idle-close", port);
-    memset(&req, 0, sizeof req);
-    req.url = url;
-    req.body = "{}";
-    req.body_len = 2;
-    req.webhook_id = "msg_idle_close";
+    req = empty_body_request(url, "msg_idle_close");
     for (i = 0; i < 3; i++) {
         req.token = i;
         CHECK(send_req(&ctx, &req) == 0);
@@ -1070,11 +1068,7 @@ static void test_sign_all(const char *dir)
 
         reset_ctx(&ctx);
         ctx.sender = crier_webhook_sender_new(ctx.loop, &loopback_opts, on_done, &ctx);
-        memset(&req, 0, sizeof req);
-        req.url = "http://127.0.0.1:1/";
-        req.body = "{}";
-        req.body_len = 2;
-        req.webhook_id = "msg_bad_secret";
+        req = empty_body_request("http://127.0.0.1:1/", "msg_bad_secret");
         req.secret = TEST_SECRET " whsec_SECRETVALUE*";
         CHECK(send_capturing_log(&ctx, &req, dir, log, sizeof log) == -1);
         CHECK(strstr(log, "secret 2 of the list is not usable") != NULL);
