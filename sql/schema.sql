@@ -245,6 +245,7 @@ CREATE FUNCTION crier.claim_deliveries(p_limit integer, p_lease integer, p_probe
     LANGUAGE plpgsql
     SET enable_bitmapscan TO 'off'
     SET enable_seqscan TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$ … $$; -- the body: sql/functions/claim_deliveries.sql
 
 --
@@ -262,7 +263,7 @@ CREATE FUNCTION crier.claim_events(p_limit integer, p_lane smallint) RETURNS TAB
 --
 
 CREATE FUNCTION crier.claim_floor(p_lane smallint) RETURNS bigint
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$ … $$; -- the body: sql/functions/claim_floor.sql
 
 --
@@ -282,6 +283,7 @@ CREATE FUNCTION crier.claim_floor_refresh(p_lane smallint) RETURNS void
 CREATE FUNCTION crier.complete_deliveries(p_id bigint[], p_attempt integer[], p_outcome text[], p_health text[], p_status integer[], p_error text[], p_excerpt text[], p_delay double precision[], p_started double precision[], p_duration double precision[], p_probe boolean[], p_pause_after integer, p_disable_after double precision, p_probe_base double precision, OUT applied integer, OUT delivered integer, OUT retried integer, OUT dead integer, OUT paused text[], OUT resumed text[], OUT disabled text[]) RETURNS record
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$ … $$; -- the body: sql/functions/complete_deliveries.sql
 
 --

@@ -30,6 +30,9 @@ LANGUAGE plpgsql
 -- auto_explain). Every row is reached through an index.
 SET enable_bitmapscan = off
 SET enable_seqscan = off
+-- Generic plans, made once per session, as crier.complete_deliveries (planned again on every
+-- claim otherwise).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN

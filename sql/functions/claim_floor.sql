@@ -19,10 +19,17 @@
 -- Only the fast lane has a floor; the slow lane's claim starts at its first id.
 
 -- The lane's current floor: 0 without one.
+-- PL/pgSQL, not LANGUAGE sql: a SQL function whose body has sub-selects is never inlined,
+-- so every claim and every probe parsed, analyzed and planned this one again (12.5 % of a
+-- fan-out backend's CPU at 500 events/s; crier.events_waiting ran at 8,750-10,000 calls/s
+-- with it, 23,000 without: pgbench, one client; docs/BENCHMARKS.md, eighteenth session).
+-- PL/pgSQL keeps the plan for the session.
 CREATE OR REPLACE FUNCTION crier.claim_floor(p_lane smallint) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce((SELECT least(f.floor, (SELECT min(l.id) FROM crier.claim_floor_lowered l WHERE l.lane = p_lane))
-                     FROM crier.claim_floor f WHERE f.lane = p_lane), 0)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT least(f.floor, (SELECT min(l.id) FROM crier.claim_floor_lowered l WHERE l.lane = p_lane))
+                     FROM crier.claim_floor f WHERE f.lane = p_lane), 0);
+END
 $$;
 
 -- Moves the lane's floor (at most once a second, by one worker at a time: the others skip

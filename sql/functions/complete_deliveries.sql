@@ -28,6 +28,12 @@ CREATE OR REPLACE FUNCTION crier.complete_deliveries(
     OUT paused text[], OUT resumed text[], OUT disabled text[])
 LANGUAGE plpgsql
 SET enable_seqscan = off
+-- Generic plans, made once per session: with the default (auto), the statements here were
+-- planned again on every call, their arrays making a custom plan look cheaper; at 500
+-- deliveries/s (batches of one or two) planning was 25 % of a delivery backend's CPU, and
+-- 5 % with this (perf; docs/BENCHMARKS.md, eighteenth session). Every row is reached by a
+-- key, so the generic plan is the custom one.
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
