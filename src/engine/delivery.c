@@ -601,11 +601,15 @@ static const char *text_at(crier_delivery *d, size_t off)
     return off == SIZE_MAX ? NULL : crier_strbuf_at(&d->text, off);
 }
 
-/* Sends lane's statement (its params set) as state; claim_limit > 0: it claims
+/* Sends lane's statement (its params set) as state, prepared under name on the
+ * lane's connection: sent as one-shot queries, the claim and the results were
+ * parsed, analyzed and planned for every batch, 13 % of a delivery backend's
+ * CPU at 500 deliveries/s (batches of one or two; perf, docs/BENCHMARKS.md,
+ * eighteenth session). claim_limit > 0: it claims
  * up to that many, which answers the wish for a claim. On failure the lane is
  * idle again and the worker pauses; returns -1. */
-static int delivery_lane_send(crier_delivery *d, delivery_lane *lane, delivery_state state, const char *sql,
-                              int claim_limit)
+static int delivery_lane_send(crier_delivery *d, delivery_lane *lane, delivery_state state, const char *name,
+                              const char *sql, int claim_limit)
 {
     lane->state = state;
     lane->claim_limit = claim_limit;
@@ -613,7 +617,7 @@ static int delivery_lane_send(crier_delivery *d, delivery_lane *lane, delivery_s
         d->want_claim = false;
         d->kicked = false;
     }
-    if (crier_pg_query(lane->pg, sql, &lane->params, delivery_result_cb, lane) == 0)
+    if (crier_pg_query_prepared(lane->pg, name, sql, &lane->params, delivery_result_cb, lane) == 0)
         return 0;
     lane->state = DELIVERY_IDLE;
     lane->claim_limit = 0;
@@ -664,6 +668,7 @@ static void delivery_write_results(crier_delivery *d, delivery_lane *lane, int c
     }
     d->writing = d->n_results;
     if (delivery_lane_send(d, lane, claim_limit > 0 ? DELIVERY_WRITING_CLAIMING : DELIVERY_WRITING,
+                           claim_limit > 0 ? "crier_delivery_complete_claim" : "crier_delivery_complete",
                            claim_limit > 0 ? SQL_COMPLETE_CLAIM : SQL_COMPLETE, claim_limit) < 0)
         d->writing = 0;
 }
@@ -685,7 +690,7 @@ static void delivery_extend_leases(crier_delivery *d, delivery_lane *lane)
     crier_pg_params_array(&lane->params, &c[1]);
     snprintf(lane->num_text[3], sizeof lane->num_text[3], "%d", d->opts.lease_seconds);
     crier_pg_params_text(&lane->params, lane->num_text[3]);
-    delivery_lane_send(d, lane, DELIVERY_EXTENDING, SQL_EXTEND, 0);
+    delivery_lane_send(d, lane, DELIVERY_EXTENDING, "crier_delivery_extend", SQL_EXTEND, 0);
 }
 
 /* The sum of the limits of the claims in flight. */
@@ -731,7 +736,7 @@ static void delivery_claim(crier_delivery *d, delivery_lane *lane, int limit)
     crier_pg_params_reset(&lane->params);
     for (int i = 0; i < 3; i++)
         crier_pg_params_text(&lane->params, lane->num_text[i]);
-    delivery_lane_send(d, lane, DELIVERY_CLAIMING, SQL_CLAIM, limit);
+    delivery_lane_send(d, lane, DELIVERY_CLAIMING, "crier_delivery_claim", SQL_CLAIM, limit);
 }
 
 /* Starts what the idle lanes can do: write the results waiting (claiming in
