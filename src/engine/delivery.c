@@ -98,9 +98,12 @@ struct crier_delivery {
     bool want_extend;
     bool stopping;
     bool last_empty;
+    bool last_full;    /* the last claim took its limit: a backlog is being drained */
+    bool results_due;  /* the results have lingered long enough (RESULT_LINGER_S) */
     int inflight;
     ev_timer retry;
     ev_timer extend;
+    ev_timer linger;   /* the results' linger while no backlog is drained */
 
     flight *flights;
     size_t n_flights, cap_flights;
@@ -117,6 +120,19 @@ struct crier_delivery {
     long kafka_fatal_after; /* test hook: CRIER_TEST_KAFKA_FATAL_AFTER (0: off) */
     long kafka_delivered;
 };
+
+/* While no backlog is being drained (the last claim was not full), results
+ * wait up to RESULT_LINGER_S, or until RESULT_LINGER_MAX of them, to be
+ * written together. Sends are not delayed: the write only records what was
+ * sent. At 500 deliveries/s each send's result was written alone, one
+ * crier.complete_deliveries and one durable commit per delivery; batches of
+ * one cost the server about as much per statement as batches of 200 (docs/
+ * BENCHMARKS.md, eighteenth session). A crash in the window sends those
+ * deliveries again, with the same key, which at-least-once allows. While a
+ * backlog drains, results are written at once: their write carries the next
+ * claim. */
+#define RESULT_LINGER_S 0.005
+#define RESULT_LINGER_MAX 64
 
 /* delivery_dispatch's answer for "not now, try again in a few seconds" (the
  * Kafka producer is being replaced): the attempt is a retriable failure. */
@@ -499,6 +515,7 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
     for (int i = 0; i < rows; i++)
         n += !PQgetisnull(res, i, 0);
     d->last_empty = n == 0;
+    d->last_full = n >= limit;
     if (n >= limit) /* a full claim: more may be due */
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
@@ -633,6 +650,8 @@ static void delivery_write_results(crier_delivery *d, delivery_lane *lane, int c
         CRIER_PG_INT8, CRIER_PG_INT4, CRIER_PG_TEXT, CRIER_PG_TEXT, CRIER_PG_INT4, CRIER_PG_TEXT,
         CRIER_PG_TEXT, CRIER_PG_FLOAT8, CRIER_PG_FLOAT8, CRIER_PG_FLOAT8, CRIER_PG_BOOL};
     crier_pg_array *c = lane->cols;
+    d->results_due = false;
+    ev_timer_stop(d->loop, &d->linger);
     for (int i = 0; i < N_RESULT_COLS; i++)
         crier_pg_array_begin(&c[i], types[i]);
     for (size_t i = 0; i < d->n_results; i++) {
@@ -744,6 +763,28 @@ static void delivery_claim(crier_delivery *d, delivery_lane *lane, int limit)
  * leases of long sends when due; claim alone — while another claim is in
  * flight only for news from the fan-out (a kick), so a new delivery never
  * waits behind a write, while a backlog is drained one claim at a time. */
+static void delivery_linger_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    crier_delivery *d = w->data;
+    (void)loop;
+    (void)revents;
+    d->results_due = true;
+    delivery_pump(d);
+}
+
+/* Whether the results waiting are written now (RESULT_LINGER_S); if not, their
+ * linger runs. */
+static bool delivery_results_due(crier_delivery *d)
+{
+    if (d->results_due || d->stopping || d->last_full || d->n_results >= RESULT_LINGER_MAX)
+        return true;
+    if (!ev_is_active(&d->linger)) {
+        ev_timer_set(&d->linger, RESULT_LINGER_S, 0.);
+        ev_timer_start(d->loop, &d->linger);
+    }
+    return false;
+}
+
 static void delivery_pump(crier_delivery *d)
 {
     delivery_lane *lane;
@@ -752,7 +793,7 @@ static void delivery_pump(crier_delivery *d)
         return;
     if (d->inflight == 0 && ev_is_active(&d->extend))
         ev_timer_stop(d->loop, &d->extend);
-    if (d->writing == 0 && d->n_results > 0 && (lane = delivery_idle_lane(d))) {
+    if (d->writing == 0 && d->n_results > 0 && delivery_results_due(d) && (lane = delivery_idle_lane(d))) {
         int room = delivery_room(d, false);
         int limit = room < d->opts.batch_size ? room : d->opts.batch_size;
         delivery_write_results(d, lane, delivery_can_claim(d, false) && limit > 0 ? limit : 0);
@@ -807,6 +848,8 @@ crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_pg 
     d->retry.data = d;
     ev_timer_init(&d->extend, delivery_extend_cb, 20., 20.);
     d->extend.data = d;
+    ev_timer_init(&d->linger, delivery_linger_cb, RESULT_LINGER_S, 0.);
+    d->linger.data = d;
     return d;
 }
 
@@ -876,6 +919,7 @@ void crier_delivery_free(crier_delivery *d)
         return;
     ev_timer_stop(d->loop, &d->retry);
     ev_timer_stop(d->loop, &d->extend);
+    ev_timer_stop(d->loop, &d->linger);
     for (int l = 0; l < N_LANES; l++)
         for (int i = 0; i < N_RESULT_COLS; i++)
             crier_pg_array_free(&d->lanes[l].cols[i]);
