@@ -516,7 +516,7 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
         n += !PQgetisnull(res, i, 0);
     d->last_empty = n == 0;
     d->last_full = n >= limit;
-    if (n >= limit) /* a full claim: more may be due */
+    if (d->last_full) /* a full claim: more may be due */
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
     for (int i = 0; i < rows; i++) {
@@ -758,11 +758,7 @@ static void delivery_claim(crier_delivery *d, delivery_lane *lane, int limit)
     delivery_lane_send(d, lane, DELIVERY_CLAIMING, "crier_delivery_claim", SQL_CLAIM, limit);
 }
 
-/* Starts what the idle lanes can do: write the results waiting (claiming in
- * the same statement when there is room and a claim is wanted); extend the
- * leases of long sends when due; claim alone — while another claim is in
- * flight only for news from the fan-out (a kick), so a new delivery never
- * waits behind a write, while a backlog is drained one claim at a time. */
+/* The results' linger ran out: they are written at the next chance. */
 static void delivery_linger_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     crier_delivery *d = w->data;
@@ -785,6 +781,11 @@ static bool delivery_results_due(crier_delivery *d)
     return false;
 }
 
+/* Starts what the idle lanes can do: write the results waiting (claiming in
+ * the same statement when there is room and a claim is wanted); extend the
+ * leases of long sends when due; claim alone — while another claim is in
+ * flight only for news from the fan-out (a kick), so a new delivery never
+ * waits behind a write, while a backlog is drained one claim at a time. */
 static void delivery_pump(crier_delivery *d)
 {
     delivery_lane *lane;
