@@ -163,6 +163,7 @@ struct crier_fanout {
     crier_key_set seen; /* the statement path's keys, reused from batch to batch */
     uint64_t batch_deliveries;
     size_t batch_timed; /* planned deliveries with a timing (crier.apply_timing decides them) */
+    size_t batch_feed;  /* planned deliveries on the feed channel (feed items: not a lean write) */
     /* The plan under way (FANOUT_PLAN): the next event to plan, how many were
      * planned, when the batch's planning began; the timer that plans the next
      * slice after the loop has served everything else that was ready. */
@@ -257,7 +258,9 @@ static const char SQL_SETTINGS[] =
     "  WHERE id = ANY(" IDS "::bigint[])" \
     "  RETURNING extract(epoch FROM processed_at - created_at)::float8 AS latency"
 
-#define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED)                                                      \
+/* SQL_WRITE up to the deliveries: the notifications, their ids, the
+ * preferences that apply and the delivery rows. */
+#define SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED)                                                 \
     /* (the comment names the statement in pg_stat_statements and pg_stat_activity) */             \
     /* The notifications' ids are drawn here, so that each delivery finds its notification's \
      * id by its position in $1, an array subscript: the statement has no join whose method \
@@ -314,7 +317,12 @@ static const char SQL_SETTINGS[] =
     "          || p.pref_type || ', channel ' || p.pref_channel || ')' END" \
     "  FROM planned p WHERE p.channel <> 'feed'" \
     "  RETURNING 1" \
-    "), feed AS (" \
+    ")"
+
+/* The rest of SQL_WRITE after the deliveries: feed items, audience items, the
+ * events' marks (done, more pages, failed, slow lane) and the counts. */
+#define SQL_WRITE_REST \
+    ", feed AS (" \
     "  INSERT INTO crier.feed_items (tenant, recipient_id, notification_id, event_type, content)" \
     "  SELECT p.tenant, p.recipient_id, p.notification_id, p.event_type, p.body::jsonb" \
     "  FROM planned p WHERE p.channel = 'feed' AND p.pref_enabled IS NOT false" \
@@ -354,11 +362,38 @@ static const char SQL_SETTINGS[] =
     "            (SELECT array_agg(latency) FROM done)," \
     "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))"
 
+/* The rest of a lean batch's write: one whose deliveries are none on the feed
+ * and which has no audience item, no further page, no failed event and none
+ * for the slow lane (fanout_write_is_lean) — a batch of one event, mostly,
+ * at a low rate. SQL_WRITE_REST's six CTEs modify tables whether or not they
+ * have rows, so each one's ModifyTable started up (its relation and indexes
+ * opened) and the two INSERTs fired their tables' statement-level triggers
+ * (feed_items_notify, audience_items_notify: PL/pgSQL with transition tables)
+ * on every batch: ~0.13 ms of a 1.2 ms one-event write under auto_explain
+ * (docs/BENCHMARKS.md, bench deliver, nineteenth session). The unused CTE is
+ * not planned or run; it only gives the parameters SQL_WRITE_REST reads their
+ * types, so that both variants take the same parameters. */
+#define SQL_WRITE_LEAN_REST \
+    ", done AS (" SQL_EVENTS_DONE("$15", "$9") "), unused AS (" \
+    "  SELECT $16::bigint[], $17::text[], $18::bool[], $19::int, $25::bigint[], $26::text[]," \
+    "      $27::bigint[], $28::text[], $29::text[], $30::bool[], $32::bigint[]" \
+    ")" \
+    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done), 0," \
+    "        crier.metrics_fanout((SELECT count(*) FROM ins) + $37::bigint, 0," \
+    "            (SELECT array_agg(latency) FROM done), 0)"
+
+#define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_REST
+#define SQL_WRITE_LEAN(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_LEAN_REST
+
 /* The notifications go in plainly; a key that exists already fails the statement. */
 static const char SQL_WRITE_NEW[] = SQL_WRITE("", "");
 /* Existing keys are skipped, and so are their deliveries. */
-static const char SQL_WRITE_CHECKED[] =
-    SQL_WRITE("  ON CONFLICT (key_hash) DO NOTHING", "    WHERE (SELECT id FROM ids)[d.notification] IN (SELECT id FROM ins)");
+#define SQL_WRITE_ON_CONFLICT "  ON CONFLICT (key_hash) DO NOTHING"
+#define SQL_WRITE_ONLY_INSERTED "    WHERE (SELECT id FROM ids)[d.notification] IN (SELECT id FROM ins)"
+static const char SQL_WRITE_CHECKED[] = SQL_WRITE(SQL_WRITE_ON_CONFLICT, SQL_WRITE_ONLY_INSERTED);
+/* The same two for a lean batch (SQL_WRITE_LEAN_REST). */
+static const char SQL_WRITE_NEW_LEAN[] = SQL_WRITE_LEAN("", "");
+static const char SQL_WRITE_CHECKED_LEAN[] = SQL_WRITE_LEAN(SQL_WRITE_ON_CONFLICT, SQL_WRITE_ONLY_INSERTED);
 
 /* The write of a batch that leaves only events done: no notification rows in
  * the statement (none planned, or all gone in by COPY before it), no failure,
@@ -672,6 +707,7 @@ static void fanout_plan_begin(crier_fanout *f)
 
     f->released = false;
     f->batch_timed = 0;
+    f->batch_feed = 0;
     f->write_checked = fanout_needs_checked_write(f);
     crier_fanout_rows_reset(&f->rows);
     f->rows_done = 0;
@@ -936,20 +972,38 @@ static void fanout_add_rows(crier_fanout *f)
             crier_pg_array_add_str(&c[WRITE_DELIVERY_EMITTED], crier_strbuf_at(&f->strings, e->created));
             if (pd->timing)
                 f->batch_timed++;
+            if (strcmp(pd->channel, "feed") == 0)
+                f->batch_feed++;
         }
     }
 }
+
+/* True when the write parameters cols[which[0..n-1]] are all empty arrays. */
+static bool fanout_cols_empty(const crier_fanout *f, const int *which, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (f->cols[which[i]].count > 0)
+            return false;
+    return true;
+}
+
+/* Events that failed, have further pages, wrote audience items or go to the slow lane. */
+static const int WRITE_EVENT_SIDES[] = {WRITE_FAILED_ID, WRITE_MORE_ID, WRITE_AUDIENCE_EVENT_ID, WRITE_SLOW_ID};
+#define N_WRITE_EVENT_SIDES (sizeof WRITE_EVENT_SIDES / sizeof WRITE_EVENT_SIDES[0])
 
 /* True when the batch's write has nothing for SQL_WRITE beyond events done
  * (SQL_WRITE_DONE). */
 static bool fanout_write_is_done_only(const crier_fanout *f)
 {
-    static const int others[] = {WRITE_KEY_HASH, WRITE_DELIVERY_OF, WRITE_FAILED_ID, WRITE_MORE_ID,
-                                 WRITE_AUDIENCE_EVENT_ID, WRITE_SLOW_ID};
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
-        if (f->cols[others[i]].count > 0)
-            return false;
-    return true;
+    static const int rows[] = {WRITE_KEY_HASH, WRITE_DELIVERY_OF};
+    return fanout_cols_empty(f, rows, 2) && fanout_cols_empty(f, WRITE_EVENT_SIDES, N_WRITE_EVENT_SIDES);
+}
+
+/* True when the batch's write needs none of SQL_WRITE_REST beyond the events
+ * done (SQL_WRITE_LEAN_REST). */
+static bool fanout_write_is_lean(const crier_fanout *f)
+{
+    return f->batch_feed == 0 && fanout_cols_empty(f, WRITE_EVENT_SIDES, N_WRITE_EVENT_SIDES);
 }
 
 /* The write statement, with the batch's arrays: SQL_WRITE_DONE when the batch
@@ -988,8 +1042,13 @@ static void fanout_send_write(crier_fanout *f)
         else
             crier_pg_params_array(&f->params, &c[i]);
     }
-    fanout_send_as(f, FANOUT_WRITE, f->write_checked ? "crier_fanout_write_checked" : "crier_fanout_write_new",
-                   f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW, &f->params);
+    if (fanout_write_is_lean(f))
+        fanout_send_as(f, FANOUT_WRITE,
+                       f->write_checked ? "crier_fanout_write_checked_lean" : "crier_fanout_write_new_lean",
+                       f->write_checked ? SQL_WRITE_CHECKED_LEAN : SQL_WRITE_NEW_LEAN, &f->params);
+    else
+        fanout_send_as(f, FANOUT_WRITE, f->write_checked ? "crier_fanout_write_checked" : "crier_fanout_write_new",
+                       f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW, &f->params);
 }
 
 /* crier_rules_batch_recipients' callback: one (tenant, recipient) pair of SQL_SETTINGS. */
