@@ -363,16 +363,25 @@ static const char SQL_SETTINGS[] =
     "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))"
 
 /* The rest of a lean batch's write: one whose deliveries are none on the feed
- * and which has no audience item, no further page, no failed event and none
- * for the slow lane (fanout_write_is_lean) — a batch of one event, mostly,
- * at a low rate. SQL_WRITE_REST's six CTEs modify tables whether or not they
- * have rows, so each one's ModifyTable started up (its relation and indexes
- * opened) and the two INSERTs fired their tables' statement-level triggers
- * (feed_items_notify, audience_items_notify: PL/pgSQL with transition tables)
- * on every batch: ~0.13 ms of a 1.2 ms one-event write under auto_explain
- * (docs/BENCHMARKS.md, bench deliver, nineteenth session). The unused CTE is
- * not planned or run; it only gives the parameters SQL_WRITE_REST reads their
- * types, so that both variants take the same parameters. */
+ * and none with a timing, and which has no audience item, no further page, no
+ * failed event and none for the slow lane (fanout_write_is_lean) — a batch of
+ * one event, mostly, at a low rate. SQL_WRITE_REST's six CTEs modify tables
+ * whether or not they have rows, so each one's ModifyTable started up (its
+ * relation and indexes opened) and the two INSERTs fired their tables'
+ * statement-level triggers (feed_items_notify, audience_items_notify: PL/pgSQL
+ * with transition tables) on every batch: ~0.13 ms of a 1.2 ms one-event write
+ * under auto_explain (docs/BENCHMARKS.md, bench deliver, nineteenth session).
+ * The unused CTE is not planned or run; it only gives the parameters
+ * SQL_WRITE_REST reads their types, so that both variants take the same
+ * parameters.
+ *
+ * A lean batch commits without waiting for the WAL flush, as a COPY batch does
+ * and for the same reasons (SQL_IDS): it holds nothing that readers or timers
+ * act on directly (no feed item, audience item or timing), and a server crash
+ * can only take it away whole, its events then fanned out again with the same
+ * keys and message ids. At 500 events/s the flush was ~8 % of a fan-out
+ * connection's CPU (fdatasync, perf) and a wait in every batch before its
+ * deliveries could be claimed. */
 #define SQL_WRITE_LEAN_REST \
     ", done AS (" SQL_EVENTS_DONE("$15", "$9") "), unused AS (" \
     "  SELECT $16::bigint[], $17::text[], $18::bool[], $19::int, $25::bigint[], $26::text[]," \
@@ -380,7 +389,8 @@ static const char SQL_SETTINGS[] =
     ")" \
     " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done), 0," \
     "        crier.metrics_fanout((SELECT count(*) FROM ins) + $37::bigint, 0," \
-    "            (SELECT array_agg(latency) FROM done), 0)"
+    "            (SELECT array_agg(latency) FROM done), 0)," \
+    "        set_config('synchronous_commit', 'off', true)"
 
 #define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_REST
 #define SQL_WRITE_LEAN(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_LEAN_REST
@@ -1000,10 +1010,11 @@ static bool fanout_write_is_done_only(const crier_fanout *f)
 }
 
 /* True when the batch's write needs none of SQL_WRITE_REST beyond the events
- * done (SQL_WRITE_LEAN_REST). */
+ * done, and may commit without waiting for the WAL flush (SQL_WRITE_LEAN_REST). */
 static bool fanout_write_is_lean(const crier_fanout *f)
 {
-    return f->batch_feed == 0 && fanout_cols_empty(f, WRITE_EVENT_SIDES, N_WRITE_EVENT_SIDES);
+    return f->batch_feed == 0 && f->batch_timed == 0 &&
+           fanout_cols_empty(f, WRITE_EVENT_SIDES, N_WRITE_EVENT_SIDES);
 }
 
 /* The write statement, with the batch's arrays: SQL_WRITE_DONE when the batch
