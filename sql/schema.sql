@@ -277,6 +277,14 @@ CREATE FUNCTION crier.claim_floor_refresh(p_lane smallint) RETURNS void
     AS $$ … $$; -- the body: sql/functions/claim_floor_refresh.sql
 
 --
+-- Name: claim_floor_truncated(); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.claim_floor_truncated() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/claim_floor_truncated.sql
+
+--
 -- Name: complete_deliveries(bigint[], integer[], text[], text[], integer[], text[], text[], double precision[], double precision[], double precision[], boolean[], integer, double precision, double precision); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -1757,6 +1765,12 @@ CREATE TRIGGER events_check_children_update AFTER UPDATE OF id ON crier.events F
 --
 
 CREATE TRIGGER events_notify AFTER INSERT ON crier.events FOR EACH STATEMENT EXECUTE FUNCTION crier.notify_events();
+
+--
+-- Name: events events_truncate_claim_floor; Type: TRIGGER; Schema: crier; Owner: -
+--
+
+CREATE TRIGGER events_truncate_claim_floor AFTER TRUNCATE ON crier.events FOR EACH STATEMENT EXECUTE FUNCTION crier.claim_floor_truncated();
 
 --
 -- Name: feed_items feed_items_notify; Type: TRIGGER; Schema: crier; Owner: -

@@ -16,6 +16,8 @@
 -- every refresh (once a second while the daemon claims) walks the lane from its first id
 -- again, so an event that a path not named here made pending below the floor waits at most
 -- that long. With a sequence cache above 1 (ids no longer drawn in order) the floor stays 0.
+-- Ids that start again lower start the floor over: a TRUNCATE of crier.events at once
+-- (crier.claim_floor_truncated), a sequence set back by hand at the next refresh.
 -- Only the fast lane has a floor; the slow lane's claim starts at its first id.
 
 -- The lane's current floor: 0 without one.
@@ -45,6 +47,7 @@ DECLARE
     v_floor bigint;
     v_last bigint;
     v_called boolean;
+    v_next bigint;
 BEGIN
     SELECT f.* INTO r FROM crier.claim_floor f
     WHERE f.lane = p_lane AND f.refreshed_at <= now() - interval '1 second'
@@ -56,6 +59,17 @@ BEGIN
         UPDATE crier.claim_floor f SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = now()
         WHERE f.lane = p_lane;
         DELETE FROM crier.claim_floor_lowered l WHERE l.lane = p_lane;
+        RETURN;
+    END IF;
+    -- The sequence first (a candidate below is this position). Behind the floor or the
+    -- candidate, it was set back (ALTER SEQUENCE ... RESTART, setval; a TRUNCATE starts the
+    -- floor over by itself: crier.claim_floor_truncated): new ids may be under the floor, so
+    -- it starts over.
+    SELECT s.last_value, s.is_called INTO v_last, v_called FROM crier.events_id_seq s;
+    v_next := CASE WHEN v_called THEN v_last + 1 ELSE v_last END;
+    IF v_next < r.floor OR v_next < r.next_floor THEN
+        UPDATE crier.claim_floor f SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = now()
+        WHERE f.lane = p_lane;
         RETURN;
     END IF;
     v_ready := r.next_xmax IS NOT NULL AND pg_snapshot_xmin(pg_current_snapshot()) >= r.next_xmax;
@@ -73,9 +87,9 @@ BEGIN
                  (SELECT low.id FROM low), (SELECT min(gone.id) FROM gone))
     INTO v_floor;
     IF v_ready OR r.next_xmax IS NULL THEN
-        -- a new candidate: the sequence first, then the snapshot (two statements, in order)
-        SELECT s.last_value, s.is_called INTO v_last, v_called FROM crier.events_id_seq s;
-        r.next_floor := CASE WHEN v_called THEN v_last + 1 ELSE v_last END;
+        -- a new candidate: the sequence first (read above), then the snapshot (statements in
+        -- that order)
+        r.next_floor := v_next;
         SELECT pg_snapshot_xmax(pg_current_snapshot()) INTO r.next_xmax;
     END IF;
     UPDATE crier.claim_floor f

@@ -100,4 +100,31 @@ assert_eq t "$(sql "SELECT crier.events_waiting(0::smallint)")" "the awake probe
 assert_eq "$sched_id" "$(sql "SELECT id FROM crier.claim_events(100, 0::smallint)")" "the claim finds the fired send"
 refresh
 [ "$(floor)" -le "$sched_id" ] || fail "a refresh lost the fired send $sched_id (floor $(floor))"
+note "events emptied by TRUNCATE ... RESTART IDENTITY: new ids start under the old floor"
+sql "UPDATE crier.events SET state = 'done' WHERE state = 'pending'" >/dev/null
+refresh
+refresh
+old_floor=$(floor)
+[ "$old_floor" -gt 100 ] || fail "the floor ($old_floor) is not above the first ids: the test proves nothing"
+sql "TRUNCATE crier.events RESTART IDENTITY CASCADE" >/dev/null
+assert_eq 0 "$(floor)" "the floor after TRUNCATE"
+sql "SELECT count(crier.emit('acme', 'unrouted', 'again-' || j)) FROM generate_series(1, 20) AS j" >/dev/null
+assert_eq t "$(sql "SELECT crier.events_waiting(0::smallint)")" "the awake probe sees the new events"
+# What went wrong before: a daemon that exits when idle found nothing to do and left.
+ping_serve serve3 "$RECEIVER_URL" --exit-when-idle
+wait "$SERVE_PID" || fail "crier serve --exit-when-idle failed: $(tail -5 "$WORK/serve3.log")"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.events WHERE state = 'pending'")" \
+    "events left pending by crier serve --exit-when-idle after TRUNCATE"
+
+note "the sequence set back by hand (no TRUNCATE): the next refresh starts the floor over"
+refresh
+refresh
+high=$(floor)
+[ "$high" -gt 20 ] || fail "the floor ($high) did not rise past the new events: the test proves nothing"
+sql "DELETE FROM crier.events" >/dev/null
+sql "ALTER SEQUENCE crier.events_id_seq RESTART WITH 1" >/dev/null
+sql "SELECT count(crier.emit('acme', 'unrouted', 'restart-' || j)) FROM generate_series(1, 5) AS j" >/dev/null
+refresh
+assert_eq 0 "$(floor)" "the floor after the sequence was set back"
+assert_eq 5 "$(sql "SELECT count(*) FROM crier.claim_events(100, 0::smallint)")" "events the claim finds after the restart"
 echo "ok"
