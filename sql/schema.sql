@@ -852,7 +852,7 @@ CREATE TABLE crier.deliveries (
     emitted_at timestamp with time zone,
     CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text, 'timing'::text, 'held'::text, 'digested'::text])))
 )
-WITH (fillfactor='70');
+WITH (fillfactor='50');
 
 --
 -- Name: COLUMN deliveries.emitted_at; Type: COMMENT; Schema: crier; Owner: -

@@ -1,0 +1,17 @@
+-- 029_deliveries_fillfactor.sql — room on each page of crier.deliveries for a claim to give
+-- every row a new version in place (issue 12, item 3; docs/BENCHMARKS.md, "crier bench
+-- deliver", nineteenth session).
+--
+-- A claim raises attempts and sets lease_until (sql/023: no indexed column, so a HOT update
+-- when the page has room), and it claims whole runs of due rows, often every row of a page at
+-- once; the old versions become prunable only after the claim commits. At fillfactor 70 a page
+-- had room for the new versions of about half its rows (n_tup_hot_upd: 92,312 of 195,003
+-- claims in the fourth session, 274 of 600 in a test of three claims of 200): the other half
+-- went to other pages as non-HOT updates, with a new entry in every index of the table, a
+-- second full-page image and a lock record. At 50 a page filled at insert holds at most half
+-- its space, so every row's new version fits beside it (600 of 600; 299,639 of 300,000 claims
+-- in a bench run, 304-byte rows): a claim of 200 costs 2.1 ms of server time instead of 3.3,
+-- and the server's CPU per delivery in crier bench deliver fell from 45-47 us to 36-39 (50 and 45).
+-- The price is space: the table's pages hold fewer rows (18,182 pages against 12,521 for the
+-- same 200,000 rows). Applies to pages written from now on.
+ALTER TABLE crier.deliveries SET (fillfactor = 50);
