@@ -34,7 +34,10 @@ static const char bench_soak_help[] =
     "table and index sizes; then the last interval's delivered/s against the\n"
     "first's, and the bytes per notification all in (every crier table and index\n"
     "over the notifications made, from the first sample, before retention).\n"
-    "On the embedded cluster it uses a fresh database crier_bench_soak.\n";
+    "On the embedded cluster it uses a fresh database crier_bench_soak; with --database\n"
+    "(or CRIER_DATABASE_URL) it EMPTIES crier's tables there first (a second soak on\n"
+    "the same events would be recognised as duplicates and send nothing) and refuses\n"
+    "if they hold events of a tenant other than '" SOAK_TENANT "'.\n";
 
 typedef struct {
     int minutes, rate, recipients;
@@ -188,6 +191,9 @@ int crier_bench_soak(int argc, char **argv)
         crier_log_set_level(CRIER_LOG_WARN);
     if (crier_bench_open_database(cli.database, cli.data_dir, &db, "crier_bench_soak", false, false, SOAK_TENANT,
                                   conninfo, sizeof conninfo, &conn, &fresh) < 0)
+        goto out;
+    if (!fresh && crier_bench_exec(conn, "TRUNCATE crier.events, crier.notifications, crier.deliveries,"
+                                         " crier.delivery_attempts RESTART IDENTITY CASCADE") < 0)
         goto out;
     snprintf(dir, sizeof dir, "%s/crier-bench-soak.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir)) {
