@@ -55,21 +55,17 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF (SELECT s.seqcache FROM pg_sequence s WHERE s.seqrelid = 'crier.events_id_seq'::regclass) <> 1 THEN
+    -- The sequence first (a candidate below is this position). No floor while ids are not
+    -- drawn in order (a sequence cache above 1), or once the sequence is behind the floor or
+    -- the candidate: it was set back (ALTER SEQUENCE ... RESTART, setval; a TRUNCATE starts
+    -- the floor over by itself: crier.claim_floor_truncated), and new ids may be under it.
+    SELECT s.last_value, s.is_called INTO v_last, v_called FROM crier.events_id_seq s;
+    v_next := CASE WHEN v_called THEN v_last + 1 ELSE v_last END;
+    IF (SELECT s.seqcache FROM pg_sequence s WHERE s.seqrelid = 'crier.events_id_seq'::regclass) <> 1
+       OR v_next < r.floor OR v_next < r.next_floor THEN
         UPDATE crier.claim_floor f SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = now()
         WHERE f.lane = p_lane;
         DELETE FROM crier.claim_floor_lowered l WHERE l.lane = p_lane;
-        RETURN;
-    END IF;
-    -- The sequence first (a candidate below is this position). Behind the floor or the
-    -- candidate, it was set back (ALTER SEQUENCE ... RESTART, setval; a TRUNCATE starts the
-    -- floor over by itself: crier.claim_floor_truncated): new ids may be under the floor, so
-    -- it starts over.
-    SELECT s.last_value, s.is_called INTO v_last, v_called FROM crier.events_id_seq s;
-    v_next := CASE WHEN v_called THEN v_last + 1 ELSE v_last END;
-    IF v_next < r.floor OR v_next < r.next_floor THEN
-        UPDATE crier.claim_floor f SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = now()
-        WHERE f.lane = p_lane;
         RETURN;
     END IF;
     v_ready := r.next_xmax IS NOT NULL AND pg_snapshot_xmin(pg_current_snapshot()) >= r.next_xmax;
