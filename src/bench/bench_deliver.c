@@ -346,9 +346,8 @@ static int bench_exec_all(PGconn *conn, const char *const *sqls)
 static int bench_reset_all(PGconn *conn)
 {
     static const char *const sqls[] = {
-        "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts"
-        " RESTART IDENTITY CASCADE",
-        BENCH_TRUNCATE_ENDPOINTS, "DROP TABLE IF EXISTS crier_bench_deliver.snapshot", NULL};
+        CRIER_BENCH_EMPTY_QUEUE, BENCH_TRUNCATE_ENDPOINTS,
+        "DROP TABLE IF EXISTS crier_bench_deliver.snapshot", NULL};
     return bench_exec_all(conn, sqls);
 }
 

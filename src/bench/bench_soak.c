@@ -192,8 +192,7 @@ int crier_bench_soak(int argc, char **argv)
     if (crier_bench_open_database(cli.database, cli.data_dir, &db, "crier_bench_soak", false, false, SOAK_TENANT,
                                   conninfo, sizeof conninfo, &conn, &fresh) < 0)
         goto out;
-    if (!fresh && crier_bench_exec(conn, "TRUNCATE crier.events, crier.notifications, crier.deliveries,"
-                                         " crier.delivery_attempts RESTART IDENTITY CASCADE") < 0)
+    if (!fresh && crier_bench_exec(conn, CRIER_BENCH_EMPTY_QUEUE) < 0)
         goto out;
     snprintf(dir, sizeof dir, "%s/crier-bench-soak.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir)) {

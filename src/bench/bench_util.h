@@ -34,6 +34,12 @@ int crier_bench_open_database(const char *database, const char *data_dir, crier_
                               const char *dbname, bool reuse, bool rebuild, const char *tenant,
                               char *conninfo, size_t len, PGconn **conn, bool *fresh);
 
+/* Empties crier's event, notification, delivery and attempt tables (and what
+ * references them), ids from 1 again: a bench's start on --database. */
+#define CRIER_BENCH_EMPTY_QUEUE                                                                    \
+    "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts"        \
+    " RESTART IDENTITY CASCADE"
+
 /* Runs one statement. Returns 0, or -1 (message printed). */
 int crier_bench_exec(PGconn *conn, const char *sql);
 /* Runs a query returning one row of numbers; stores up to n columns into out
