@@ -775,6 +775,10 @@ static bool delivery_results_due(crier_delivery *d)
     if (d->results_due || d->stopping || d->last_full || d->n_results >= RESULT_LINGER_MAX)
         return true;
     if (!ev_is_active(&d->linger)) {
+        /* From now, not from the loop's cached time: on a busy host the answer
+         * may be read milliseconds after the loop woke, and the linger would
+         * then be cut short by as much. */
+        ev_now_update(d->loop);
         ev_timer_set(&d->linger, RESULT_LINGER_S, 0.);
         ev_timer_start(d->loop, &d->linger);
     }
