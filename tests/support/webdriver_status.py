@@ -84,7 +84,12 @@ def main():
 
     port = free_port()
     log = open(os.path.join(args.shots, "chromedriver.log"), "w")
-    proc = subprocess.Popen([args.chromedriver, f"--port={port}"], stdout=log, stderr=log)
+    # Chromium's profile and scoped directories go under the test's own
+    # directory (TMPDIR), not /tmp, where nothing would remove them.
+    tmp = os.path.join(args.shots, "chromium-tmp")
+    os.makedirs(tmp, exist_ok=True)
+    proc = subprocess.Popen([args.chromedriver, f"--port={port}"], stdout=log, stderr=log,
+                            env=dict(os.environ, TMPDIR=tmp))
     d = Driver(f"http://127.0.0.1:{port}")
     try:
         for _ in range(100):
@@ -99,7 +104,8 @@ def main():
         caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
             "binary": args.chromium,
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1400,1200", "--no-first-run", "--disable-extensions"]}}}}
+                     "--window-size=1400,1200", "--no-first-run", "--disable-extensions",
+                     f"--user-data-dir={os.path.join(tmp, 'profile')}"]}}}}
         d.session = d.call("POST", "/session", caps, timeout=30)["sessionId"]
         d.s("POST", "/url", {"url": args.url})
         # the page renders the worker and the dead letter this test made
