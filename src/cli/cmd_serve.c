@@ -65,7 +65,7 @@ static const char serve_help[] =
     "                         event, up to D more latency (default 25ms; off: always\n"
     "                         --awake-poll)\n"
     "  --linger-rate N        events/s fanned out from which the daemon is under\n"
-    "                         load (measured over 100 ms; default 2000); it stays\n"
+    "                         load (measured over 100 ms; default 1200); it stays\n"
     "                         so until the rate falls below N/2\n"
     "  --retain-events D      delete done and dead events D after they finished\n"
     "                         (default 7d; off: keep): a re-emit is recognised that long\n"

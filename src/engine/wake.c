@@ -198,7 +198,7 @@ crier_wake *crier_wake_new(struct ev_loop *loop, crier_pg *pg, const crier_wake_
     w->opts.awake_poll = opts && opts->awake_poll > 0 ? opts->awake_poll : 0.002;
     w->opts.sleep_after = opts && opts->sleep_after > 0 ? opts->sleep_after : 0.1;
     w->opts.linger = !opts || opts->linger == 0 ? 0.025 : opts->linger;
-    w->opts.linger_rate = opts && opts->linger_rate > 0 ? opts->linger_rate : 2000;
+    w->opts.linger_rate = opts && opts->linger_rate > 0 ? opts->linger_rate : CRIER_WAKE_LINGER_RATE;
     w->kick = kick;
     w->idle = idle;
     w->done = done;

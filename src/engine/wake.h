@@ -20,6 +20,11 @@
  * below half of linger_rate: with one threshold, a loaded host whose emitters
  * dipped under it went back to probing, whose tiny batches doubled the
  * database work per event and kept the emitters under it (docs/BENCHMARKS.md).
+ * The default rate is CRIER_WAKE_LINGER_RATE: at 2,000 a loaded host's
+ * emitters at 1,700-1,900 events/s never reached it, and the daemon's CPU per
+ * event was a fifth higher than lingering gives (bench-emit, twenty-first
+ * session); at 1,200 (out again below 600) the 500 events/s that the latency
+ * target is measured at never lingers.
  *
  * The lock lives on its own connection: a lock wait there never holds back
  * LISTEN's notifications or a batch. If that connection breaks while asleep,
@@ -56,11 +61,14 @@ typedef bool (*crier_wake_idle_fn)(void *ud);
 /* Events the fast lane has finished so far (a counter that only grows). */
 typedef uint64_t (*crier_wake_done_fn)(void *ud);
 
+/* events/s from which the daemon is under load unless --linger-rate says otherwise */
+#define CRIER_WAKE_LINGER_RATE 1200
+
 typedef struct {
     double awake_poll;  /* seconds between probes while awake (default 0.002) */
     double sleep_after; /* seconds without work before falling asleep (default 0.1) */
     double linger;      /* seconds between claims under load (default 0.025; < 0: never) */
-    double linger_rate; /* events/s from which the daemon is under load (default 2000) */
+    double linger_rate; /* events/s from which the daemon is under load (default CRIER_WAKE_LINGER_RATE) */
 } crier_wake_options;
 
 /* Whether the daemon is under load after a rate sample: from linger_rate
