@@ -277,6 +277,14 @@ CREATE FUNCTION crier.claim_floor_refresh(p_lane smallint) RETURNS void
     AS $$ … $$; -- the body: sql/functions/claim_floor_refresh.sql
 
 --
+-- Name: claim_floor_reset(smallint, timestamp with time zone); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.claim_floor_reset(p_lane smallint, p_refreshed_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$ … $$; -- the body: sql/functions/claim_floor_reset.sql
+
+--
 -- Name: claim_floor_truncated(); Type: FUNCTION; Schema: crier; Owner: -
 --
 

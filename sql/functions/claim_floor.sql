@@ -1,6 +1,6 @@
--- claim_floor.sql — crier.claim_floor and crier.claim_floor_refresh: the id at which the fast
--- lane's claim (crier.claim_events) and the awake daemon's probe (crier.events_waiting) start
--- in events_pending_lane, so that they do not step over the killed entries that a backlog or
+-- claim_floor.sql — crier.claim_floor, crier.claim_floor_reset and crier.claim_floor_refresh:
+-- the id at which the fast lane's claim (crier.claim_events) and the awake daemon's probe
+-- (crier.events_waiting) start in events_pending_lane, so that they do not step over the killed entries that a backlog or
 -- a burst leaves on the index's left-hand pages until VACUUM (sql/028_claim_floor.sql).
 --
 -- Why the floor is safe. Ids are drawn before commit, so under concurrency a lower id often
@@ -34,6 +34,19 @@ BEGIN
 END
 $$;
 
+-- No floor for the lane p_lane (every lane when NULL): 0, no candidate, no lowered marks;
+-- refreshed_at says when the next refresh may come (crier.claim_floor_refresh: a second after
+-- it). One reset for the refresh that finds no floor possible and for a TRUNCATE
+-- (crier.claim_floor_truncated).
+CREATE OR REPLACE FUNCTION crier.claim_floor_reset(p_lane smallint, p_refreshed_at timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE crier.claim_floor f SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = p_refreshed_at
+    WHERE p_lane IS NULL OR f.lane = p_lane;
+    DELETE FROM crier.claim_floor_lowered l WHERE p_lane IS NULL OR l.lane = p_lane;
+END
+$$;
+
 -- Moves the lane's floor (at most once a second, by one worker at a time: the others skip
 -- it). Called by crier.claim_batch inside the batch's transaction.
 CREATE OR REPLACE FUNCTION crier.claim_floor_refresh(p_lane smallint) RETURNS void
@@ -63,9 +76,7 @@ BEGIN
     v_next := CASE WHEN v_called THEN v_last + 1 ELSE v_last END;
     IF (SELECT s.seqcache FROM pg_sequence s WHERE s.seqrelid = 'crier.events_id_seq'::regclass) <> 1
        OR v_next < r.floor OR v_next < r.next_floor THEN
-        UPDATE crier.claim_floor f SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = now()
-        WHERE f.lane = p_lane;
-        DELETE FROM crier.claim_floor_lowered l WHERE l.lane = p_lane;
+        PERFORM crier.claim_floor_reset(p_lane, now());
         RETURN;
     END IF;
     v_ready := r.next_xmax IS NOT NULL AND pg_snapshot_xmin(pg_current_snapshot()) >= r.next_xmax;

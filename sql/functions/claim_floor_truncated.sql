@@ -7,8 +7,7 @@
 -- (seen as crier bench deliver's preload fanning out nothing after its TRUNCATE).
 CREATE OR REPLACE FUNCTION crier.claim_floor_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE crier.claim_floor SET floor = 0, next_floor = NULL, next_xmax = NULL, refreshed_at = '-infinity';
-    DELETE FROM crier.claim_floor_lowered;
+    PERFORM crier.claim_floor_reset(NULL, '-infinity'); -- every lane; the next claim refreshes
     RETURN NULL;
 END;
 $$;
