@@ -338,6 +338,15 @@ fail:
     return NULL;
 }
 
+CURLcode crier_curl_ev_set_trust(CURL *easy, const char *ca_file)
+{
+    CURLcode rc = curl_easy_setopt(easy, CURLOPT_CAPATH, NULL);
+
+    if (rc == CURLE_OK && ca_file)
+        rc = curl_easy_setopt(easy, CURLOPT_CAINFO, ca_file);
+    return rc;
+}
+
 /* Sets easy's socket callbacks (open through open_cb with open_data) and adds it. */
 static int curl_ev_add_with(crier_curl_ev *c, CURL *easy, curl_opensocket_callback open_cb, void *open_data)
 {

@@ -32,6 +32,17 @@ typedef void (*crier_curl_ev_destroy_fn)(void *ud);
 crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const char *module,
                                  crier_curl_ev_done_fn done, crier_curl_ev_destroy_fn destroy, void *ud);
 
+/* The certificates easy's TLS connections are verified against: ca_file (PEM
+ * CA certificates) when not NULL, else libcurl's default bundle; never a CA
+ * directory. libcurl keeps a multi handle's parsed CA store for its later
+ * connections only while no CA directory is set, and Debian's libcurl sets
+ * /etc/ssl/certs by default: every new TLS connection parsed the whole bundle
+ * again (OpenSSL's PEM decoding, most of crier's CPU in a burst), and a burst
+ * of 3,000 webhooks to one https receiver timed out 13 % of its first
+ * handshakes (docs/BENCHMARKS.md, bench deliver, twenty-second session).
+ * Returns CURLE_OK or libcurl's error. */
+CURLcode crier_curl_ev_set_trust(CURL *easy, const char *ca_file);
+
 /* Starts a transfer. Also sets easy's socket open/close callbacks, so that the
  * driver knows every socket and can shut them down at close (a cached SMTP
  * connection would otherwise make curl_multi_cleanup wait for a QUIT reply).

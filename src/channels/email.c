@@ -648,6 +648,8 @@ static int email_transfer_setup(crier_email_sender *s, email_transfer *t,
     EMAIL_SETOPT(CURLOPT_INFILESIZE_LARGE, (curl_off_t)t->msg_len);
     EMAIL_SETOPT(CURLOPT_ERRORBUFFER, t->errbuf);
     EMAIL_SETOPT(CURLOPT_TCP_NODELAY, 1L);
+    if ((rc = crier_curl_ev_set_trust(e, s->opts.ca_file)) != CURLE_OK)
+        goto fail;
     return 0;
 fail:
     crier_warn("email", "delivery %" PRId64 ": curl_easy_setopt failed: %s", req->delivery_id,

@@ -25,6 +25,8 @@ typedef struct {
     const char *message_id_domain; /* right side of Message-ID; default "crier.invalid" */
     int require_tls;               /* 1: smtp:// must upgrade with STARTTLS (CURLUSESSL_ALL);
                                     * 0: STARTTLS when offered (CURLUSESSL_TRY) */
+    const char *ca_file;           /* PEM CA certificates for the server's certificate;
+                                    * NULL: libcurl's default bundle */
 } crier_email_options;
 
 /* The content of one message. Strings are UTF-8 and NUL-terminated. */

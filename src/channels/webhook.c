@@ -415,6 +415,8 @@ static int webhook_easy_init(crier_webhook_sender *s, webhook_transfer *t)
     WEBHOOK_SETOPT(CURLOPT_HEADERDATA, t);
     WEBHOOK_SETOPT(CURLOPT_ERRORBUFFER, t->errbuf);
     WEBHOOK_SETOPT(CURLOPT_TCP_NODELAY, 1L);
+    if ((rc = crier_curl_ev_set_trust(e, s->opts.ca_file)) != CURLE_OK)
+        goto fail;
     return 0;
 fail:
     crier_warn("webhook", "cannot set up a libcurl handle: %s", curl_easy_strerror(rc));

@@ -45,6 +45,9 @@ typedef struct {
      * crier_webhook_send (-1, logged with size and limit). 0 = default,
      * CRIER_WEBHOOK_DEFAULT_MAX_BODY_BYTES (1 MiB). */
     size_t max_body_bytes;
+    /* PEM CA certificates that https receivers' certificates are verified
+     * against; NULL: libcurl's default bundle (crier_curl_ev_set_trust). */
+    const char *ca_file;
 } crier_webhook_options;
 
 /* One request. All strings are copied by crier_webhook_send; the caller keeps

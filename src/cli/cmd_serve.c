@@ -10,8 +10,10 @@
 #include "sd_notify.h"
 #include "target_guard.h"
 
+#include <errno.h>
 #include <ev.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +91,10 @@ static const char serve_help[] =
     "  --allow-targets LIST   webhook targets allowed besides public addresses: any of\n"
     "                         loopback, private, link-local (comma-separated), or none\n"
     "                         (default: $CRIER_ALLOW_TARGETS, else none: refused)\n"
+    "  --ca-file FILE         CA certificates (PEM) that https webhook receivers and\n"
+    "                         SMTP servers are verified against (default: the system\n"
+    "                         bundle, e.g. /etc/ssl/certs/ca-certificates.crt; also\n"
+    "                         CRIER_CA_FILE)\n"
     "  --smtp-url URL         SMTP server for the email channel: smtp://host:port or\n"
     "                         smtps://host:port (STARTTLS is used when offered)\n"
     "  --smtp-user NAME       SMTP AUTH user; the password comes from CRIER_SMTP_PASSWORD\n"
@@ -164,6 +170,7 @@ enum {
     SERVE_OPT_RETAIN_THROTTLE_HITS,
     SERVE_OPT_RETENTION_INTERVAL,
     SERVE_OPT_RETENTION_BATCH,
+    SERVE_OPT_CA_FILE,
 };
 
 typedef struct {
@@ -271,6 +278,23 @@ static int serve_option(void *ud, int opt, const char *arg)
             crier_cli_error("serve", "--allow-targets: %s", why);
             return -1;
         }
+        return 0;
+    }
+    case SERVE_OPT_CA_FILE: {
+        FILE *f = fopen(arg, "r");
+        struct stat st;
+        const char *why = !f ? strerror(errno)
+                          : fstat(fileno(f), &st) < 0 ? strerror(errno)
+                          : !S_ISREG(st.st_mode) ? "not a regular file"
+                                                  : NULL;
+        if (f)
+            fclose(f);
+        if (why) {
+            crier_cli_error("serve", "--ca-file %s: %s; give a readable file of PEM CA certificates", arg, why);
+            return -1;
+        }
+        a->cfg.webhook.ca_file = arg;
+        a->cfg.email.ca_file = arg;
         return 0;
     }
     case 'K':
@@ -528,6 +552,7 @@ int crier_cmd_serve(int argc, char **argv)
                                             {"email-from", required_argument, NULL, 'F'},
                                             {"kafka-brokers", required_argument, NULL, 'K'},
                                             {"allow-targets", required_argument, NULL, 'T'},
+                                            {"ca-file", required_argument, NULL, SERVE_OPT_CA_FILE},
                                             {"http", required_argument, NULL, SERVE_OPT_HTTP},
                                             {"http-threads", required_argument, NULL, SERVE_OPT_HTTP_THREADS},
                                             {"http-max-body", required_argument, NULL, SERVE_OPT_HTTP_MAX_BODY},
@@ -578,6 +603,11 @@ int crier_cmd_serve(int argc, char **argv)
             rc = 2;
             goto out;
         }
+    }
+    if (getenv("CRIER_CA_FILE") && *getenv("CRIER_CA_FILE") &&
+        serve_option(&a, SERVE_OPT_CA_FILE, getenv("CRIER_CA_FILE")) < 0) {
+        rc = 2;
+        goto out;
     }
     if (crier_cli_parse(&cli, serve_help, argc, argv, options, serve_option, &a, &rc))
         goto out;

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Webhooks to https receivers (a real nginx with TLS and HTTP/2): certificates
+# are verified against --ca-file (and without it against the system bundle,
+# which does not know this test's CA); a burst of new TLS connections goes
+# through on the first attempt. Before crier set no CA directory, every new
+# connection parsed the whole CA bundle again, and a burst of 3,000 webhooks
+# to one receiver spent 12-13 s of crier's CPU and timed out 200-400 first
+# handshakes (docs/BENCHMARKS.md, bench deliver, twenty-second session).
+. "$(dirname "$0")/../support/lib.sh"
+command -v openssl >/dev/null || fail "openssl is missing (Debian package openssl)"
+NGINX=${CRIER_TEST_NGINX:-/usr/sbin/nginx}
+[ -x "$NGINX" ] || fail "nginx is missing at $NGINX (Debian package nginx)"
+new_db
+
+BURST=${WEBHOOK_TLS_BURST:-3000}
+
+# A CA of our own and a server certificate for 127.0.0.1 signed by it; a
+# self-signed one that nothing trusts.
+cd "$WORK"
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj "/CN=crier test CA" \
+    2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=127.0.0.1" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
+    -extfile san.ext 2>/dev/null
+openssl req -x509 -newkey rsa:2048 -nodes -keyout rogue.key -out rogue.pem -days 2 -subj "/CN=127.0.0.1" \
+    -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
+# What an operator with a private CA gives --ca-file: the system bundle and the CA.
+if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+    cat /etc/ssl/certs/ca-certificates.crt ca.pem >bundle.pem
+else
+    cp ca.pem bundle.pem
+fi
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+PORT=$(free_port)
+ROGUE_PORT=$(free_port)
+mkdir -p nginx-temp
+cat >nginx.conf <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+    client_body_temp_path $WORK/nginx-temp;
+    proxy_temp_path $WORK/nginx-temp;
+    fastcgi_temp_path $WORK/nginx-temp;
+    uwsgi_temp_path $WORK/nginx-temp;
+    scgi_temp_path $WORK/nginx-temp;
+    log_format tls '\$server_port \$server_protocol \$status \$connection \$uri';
+    access_log $WORK/access.log tls;
+    keepalive_requests 100000;
+    server {
+        listen 127.0.0.1:$PORT ssl http2;
+        ssl_certificate $WORK/server.pem;
+        ssl_certificate_key $WORK/server.key;
+        location / { return 204; }
+    }
+    server {
+        listen 127.0.0.1:$ROGUE_PORT ssl;
+        ssl_certificate $WORK/rogue.pem;
+        ssl_certificate_key $WORK/rogue.key;
+        location / { return 204; }
+    }
+}
+EOF
+"$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/nginx-error.log" &
+PIDS+=("$!")
+for _ in $(seq 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+    sleep 0.1
+done
+cd - >/dev/null
+URL="https://127.0.0.1:$PORT/hooks/tls"
+
+# Bad input: a --ca-file that is not a readable file is refused before anything starts.
+if out=$("$CRIER_BIN" serve --rules "$CRIER_SOURCE_DIR/tests/support/rules" --set "ping_url=$URL" \
+    --ca-file "$WORK/missing.pem" 2>&1); then
+    fail "--ca-file of a missing file was accepted"
+fi
+case "$out" in *"--ca-file $WORK/missing.pem: No such file"*"PEM CA certificates"*) ;;
+*) fail "the error for a missing --ca-file should name it and say what to give: $out" ;; esac
+
+# Without --ca-file the system bundle does not know the test CA: refused, not sent.
+ping_serve s1 "$URL"
+ping untrusted
+wait_for "SELECT count(*) >= 1 FROM crier.delivery_attempts" 30 "an attempt without the CA"
+stop_serve
+err=$(sql "SELECT error FROM crier.delivery_attempts ORDER BY started_at LIMIT 1")
+case "$err" in *[Cc]ertificate*) ;; *) fail "without --ca-file the certificate should be refused: '$err'" ;; esac
+assert_eq 0 "$(grep -c "/hooks/tls" "$WORK/access.log" || true)" "requests that reached nginx without the CA"
+sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints CASCADE" \
+    >/dev/null
+
+# With it: a burst, every delivery on its first attempt, over HTTP/2.
+ping_serve s2 "$URL" --ca-file "$WORK/bundle.pem"
+for _ in $(seq 100); do grep -q "engine: running" "$WORK/s2.log" && break; sleep 0.1; done
+sql "SELECT count(crier.emit('acme', 'ping', 'b' || g)) FROM generate_series(1, $BURST) AS g" >/dev/null
+START=$SECONDS
+wait_for "SELECT count(*) = $BURST FROM crier.deliveries WHERE state = 'delivered'" 120 \
+    "the burst of $BURST webhooks delivered"
+took=$((SECONDS - START))
+cpu=$(awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$SERVE_PID/stat")
+stop_serve
+connections=$(awk -v p="$PORT" '$1 == p { print $4 }' "$WORK/access.log" | sort -u | wc -l)
+note "$BURST webhooks over TLS in ${took} s: $connections connections, crier serve's CPU ${cpu} s in all"
+assert_eq "0" "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE outcome <> 'delivered'")" \
+    "failed attempts in the burst ($(sql "SELECT string_agg(DISTINCT error, '; ') FROM crier.delivery_attempts
+                                          WHERE outcome <> 'delivered'"))"
+assert_eq "$BURST" "$(sql "SELECT count(*) FROM crier.delivery_attempts")" "one attempt per delivery"
+assert_eq "$BURST" "$(awk -v p="$PORT" '$1 == p && $2 == "HTTP/2.0" && $3 == 204' "$WORK/access.log" | wc -l)" \
+    "requests answered over HTTP/2"
+sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints CASCADE" \
+    >/dev/null
+
+# --ca-file does not turn verification off: a certificate it does not vouch for is refused.
+ping_serve s3 "https://127.0.0.1:$ROGUE_PORT/hooks/rogue" --ca-file "$WORK/bundle.pem"
+ping rogue
+wait_for "SELECT count(*) >= 1 FROM crier.delivery_attempts" 30 "an attempt to the untrusted receiver"
+stop_serve
+err=$(sql "SELECT error FROM crier.delivery_attempts ORDER BY started_at LIMIT 1")
+case "$err" in *[Cc]ertificate*) ;; *) fail "a self-signed certificate should be refused: '$err'" ;; esac
+assert_eq 0 "$(grep -c "/hooks/rogue" "$WORK/access.log" || true)" "requests that reached the untrusted receiver"
+echo "ok"
