@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Webhooks to https receivers (a real nginx with TLS and HTTP/2): certificates
-# are verified against --ca-file (and without it against the system bundle,
-# which does not know this test's CA); a burst of new TLS connections goes
-# through on the first attempt. Before crier set no CA directory, every new
-# connection parsed the whole CA bundle again, and a burst of 3,000 webhooks
-# to one receiver spent 12-13 s of crier's CPU and timed out 200-400 first
-# handshakes (docs/BENCHMARKS.md, bench deliver, twenty-second session).
+# Webhooks to https receivers (a real nginx with TLS that also offers HTTP/2):
+# certificates are verified against --ca-file (and without it against the
+# system bundle, which does not know this test's CA); a burst of new TLS
+# connections goes through on the first attempt, over HTTP/1.1, none stalled.
+# Before crier set no CA directory, every new connection parsed the whole CA
+# bundle again, and a burst of 3,000 webhooks to one receiver spent 12-13 s of
+# crier's CPU and timed out 200-400 first handshakes; over HTTP/2, 2 bursts of
+# 5 left 7-34 answered requests unread until their 15-s timeout
+# (docs/BENCHMARKS.md, bench deliver, twenty-second session).
 . "$(dirname "$0")/../support/lib.sh"
 command -v openssl >/dev/null || fail "openssl is missing (Debian package openssl)"
 NGINX=${CRIER_TEST_NGINX:-/usr/sbin/nginx}
@@ -96,7 +98,8 @@ assert_eq 0 "$(grep -c "/hooks/tls" "$WORK/access.log" || true)" "requests that 
 sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints CASCADE" \
     >/dev/null
 
-# With it: a burst, every delivery on its first attempt, over HTTP/2.
+# With it: a burst, every delivery on its first attempt, over HTTP/1.1 although
+# the receiver offers HTTP/2, and no send waiting for its timeout.
 ping_serve s2 "$URL" --ca-file "$WORK/bundle.pem"
 for _ in $(seq 100); do grep -q "engine: running" "$WORK/s2.log" && break; sleep 0.1; done
 sql "SELECT count(crier.emit('acme', 'ping', 'b' || g)) FROM generate_series(1, $BURST) AS g" >/dev/null
@@ -112,8 +115,10 @@ assert_eq "0" "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE outcome
     "failed attempts in the burst ($(sql "SELECT string_agg(DISTINCT error, '; ') FROM crier.delivery_attempts
                                           WHERE outcome <> 'delivered'"))"
 assert_eq "$BURST" "$(sql "SELECT count(*) FROM crier.delivery_attempts")" "one attempt per delivery"
-assert_eq "$BURST" "$(awk -v p="$PORT" '$1 == p && $2 == "HTTP/2.0" && $3 == 204' "$WORK/access.log" | wc -l)" \
-    "requests answered over HTTP/2"
+assert_eq "$BURST" "$(awk -v p="$PORT" '$1 == p && $2 == "HTTP/1.1" && $3 == 204' "$WORK/access.log" | wc -l)" \
+    "requests answered over HTTP/1.1"
+assert_eq 0 "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE duration_ms >= 10000")" \
+    "sends that took 10 s or more (the timeout is 15 s)"
 sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints CASCADE" \
     >/dev/null
 
