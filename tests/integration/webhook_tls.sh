@@ -87,16 +87,29 @@ fi
 case "$out" in *"--ca-file $WORK/missing.pem: No such file"*"PEM CA certificates"*) ;;
 *) fail "the error for a missing --ca-file should name it and say what to give: $out" ;; esac
 
-# Without --ca-file the system bundle does not know the test CA: refused, not sent.
-ping_serve s1 "$URL"
-ping untrusted
-wait_for "SELECT count(*) >= 1 FROM crier.delivery_attempts" 30 "an attempt without the CA"
-stop_serve
-err=$(sql "SELECT error FROM crier.delivery_attempts ORDER BY started_at LIMIT 1")
-case "$err" in *[Cc]ertificate*) ;; *) fail "without --ca-file the certificate should be refused: '$err'" ;; esac
-assert_eq 0 "$(grep -c "/hooks/tls" "$WORK/access.log" || true)" "requests that reached nginx without the CA"
-sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints CASCADE" \
-    >/dev/null
+# refused NAME URL WHAT [crier serve args…]: one ping to URL fails its first
+# attempt on the receiver's certificate, and no request reaches the receiver.
+refused() {
+    local name=$1 url=$2 what=$3 err path
+    path=/${url#https://*/}
+    shift 3
+    ping_serve "$name" "$url" "$@"
+    ping "$name"
+    wait_for "SELECT count(*) >= 1 FROM crier.delivery_attempts" 30 "an attempt $what"
+    stop_serve
+    err=$(sql "SELECT error FROM crier.delivery_attempts ORDER BY started_at LIMIT 1")
+    case "$err" in *[Cc]ertificate*) ;; *) fail "$what the certificate should be refused: '$err'" ;; esac
+    assert_eq 0 "$(grep -c " $path\$" "$WORK/access.log" || true)" \
+        "requests that reached nginx $what"
+    reset_db
+}
+reset_db() {
+    sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints
+         CASCADE" >/dev/null
+}
+
+# Without --ca-file the system bundle does not know the test CA.
+refused s1 "$URL" "without --ca-file"
 
 # With it: a burst, every delivery on its first attempt, over HTTP/1.1 although
 # the receiver offers HTTP/2, and no send waiting for its timeout.
@@ -119,15 +132,8 @@ assert_eq "$BURST" "$(awk -v p="$PORT" '$1 == p && $2 == "HTTP/1.1" && $3 == 204
     "requests answered over HTTP/1.1"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE duration_ms >= 10000")" \
     "sends that took 10 s or more (the timeout is 15 s)"
-sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints CASCADE" \
-    >/dev/null
+reset_db
 
 # --ca-file does not turn verification off: a certificate it does not vouch for is refused.
-ping_serve s3 "https://127.0.0.1:$ROGUE_PORT/hooks/rogue" --ca-file "$WORK/bundle.pem"
-ping rogue
-wait_for "SELECT count(*) >= 1 FROM crier.delivery_attempts" 30 "an attempt to the untrusted receiver"
-stop_serve
-err=$(sql "SELECT error FROM crier.delivery_attempts ORDER BY started_at LIMIT 1")
-case "$err" in *[Cc]ertificate*) ;; *) fail "a self-signed certificate should be refused: '$err'" ;; esac
-assert_eq 0 "$(grep -c "/hooks/rogue" "$WORK/access.log" || true)" "requests that reached the untrusted receiver"
+refused s3 "https://127.0.0.1:$ROGUE_PORT/hooks/rogue" "of a self-signed receiver" --ca-file "$WORK/bundle.pem"
 echo "ok"
