@@ -9,30 +9,14 @@
 # 5 left 7-34 answered requests unread until their 15-s timeout
 # (docs/BENCHMARKS.md, bench deliver, twenty-second session).
 . "$(dirname "$0")/../support/lib.sh"
-command -v openssl >/dev/null || fail "openssl is missing (Debian package openssl)"
 NGINX=${CRIER_TEST_NGINX:-/usr/sbin/nginx}
 [ -x "$NGINX" ] || fail "nginx is missing at $NGINX (Debian package nginx)"
 new_db
 
 BURST=${WEBHOOK_TLS_BURST:-3000}
 
-# A CA of our own and a server certificate for 127.0.0.1 signed by it; a
-# self-signed one that nothing trusts.
+make_test_ca "$WORK"
 cd "$WORK"
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj "/CN=crier test CA" \
-    2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=127.0.0.1" 2>/dev/null
-printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
-openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
-    -extfile san.ext 2>/dev/null
-openssl req -x509 -newkey rsa:2048 -nodes -keyout rogue.key -out rogue.pem -days 2 -subj "/CN=127.0.0.1" \
-    -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
-# What an operator with a private CA gives --ca-file: the system bundle and the CA.
-if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
-    cat /etc/ssl/certs/ca-certificates.crt ca.pem >bundle.pem
-else
-    cp ca.pem bundle.pem
-fi
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -188,3 +188,26 @@ claims[sys.argv[2]] = sys.argv[3]
 p = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).decode().rstrip("=")
 print(".".join([head, p, mac]))' "$1" "$2" "$3"
 }
+
+# make_test_ca DIR: a CA of the test's own (DIR/ca.pem), a certificate for
+# 127.0.0.1 signed by it (DIR/server.pem, DIR/server.key) and a self-signed one
+# for 127.0.0.1 that nothing trusts (DIR/rogue.pem, DIR/rogue.key); DIR/bundle.pem
+# is what an operator with a private CA gives --ca-file: the system bundle and the CA.
+make_test_ca() {
+    local d=$1
+    command -v openssl >/dev/null || fail "openssl is missing (Debian package openssl)"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 \
+        -subj "/CN=crier test CA" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=127.0.0.1" \
+        2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' >"$d/san.ext"
+    openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+        -out "$d/server.pem" -days 2 -extfile "$d/san.ext" 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/rogue.key" -out "$d/rogue.pem" -days 2 \
+        -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" 2>/dev/null
+    if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+        cat /etc/ssl/certs/ca-certificates.crt "$d/ca.pem" >"$d/bundle.pem"
+    else
+        cp "$d/ca.pem" "$d/bundle.pem"
+    fi
+}

@@ -6,13 +6,16 @@ arrived after the server removed the dot-stuffing, CRLF line endings kept),
 writes the port it listens on to --port-file, and can answer --fail-code to
 RCPT or DATA (--fail-stage) for the first --fail-first messages (a message is
 one MAIL FROM transaction). With --auth USER:PASSWORD it offers AUTH
-PLAIN/LOGIN without TLS and refuses mail from unauthenticated sessions."""
+PLAIN/LOGIN without TLS and refuses mail from unauthenticated sessions. With
+--tls-cert and --tls-key it offers STARTTLS with that certificate and refuses
+mail before it; each logged message then says "tls": true."""
 import argparse
 import asyncio
 import json
 import logging
 import os
 import signal
+import ssl
 import sys
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
@@ -64,6 +67,7 @@ class Sink:
             "rcpt_tos": list(envelope.rcpt_tos),
             "data": data.decode("utf-8", "replace"),
             "auth_user": auth_user,
+            "tls": session.ssl is not None,
         }) + "\n")
         self.log.flush()
         return "250 Message accepted"
@@ -80,7 +84,13 @@ def main():
     ap.add_argument("--fail-code", type=int, default=451)
     ap.add_argument("--fail-stage", choices=("rcpt", "data"), default="rcpt")
     ap.add_argument("--auth", default=None, help="USER:PASSWORD to require")
+    ap.add_argument("--tls-cert", default=None, help="PEM certificate chain for STARTTLS")
+    ap.add_argument("--tls-key", default=None, help="its PEM private key")
     args = ap.parse_args()
+    tls = None
+    if args.tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.tls_cert, args.tls_key)
 
     # aiosmtpd logs a deprecation warning on every AUTH; keep stderr for errors.
     logging.getLogger("mail.log").setLevel(logging.ERROR)
@@ -98,6 +108,8 @@ def main():
         kw = {}
         if args.auth:
             kw = {"authenticator": authenticator, "auth_require_tls": False}
+        if tls:
+            kw.update(tls_context=tls, require_starttls=True)
         return SMTP(sink, hostname="crier-smtp-sink", decode_data=False, **kw)
 
     loop = asyncio.new_event_loop()
