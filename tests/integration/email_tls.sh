@@ -7,10 +7,6 @@
 new_db
 make_test_ca "$WORK"
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # sink NAME CERT KEY: an SMTP server requiring STARTTLS with that certificate;
 # sets SINK_PORT, and its log is $WORK/NAME.jsonl.
 sink() {
@@ -54,7 +50,7 @@ notices untrusted "$GOOD"
 case "$(first_errors untrusted)" in *[Cc]ertificate*) ;;
 *) fail "without --ca-file the server's certificate should be refused: $(first_errors untrusted)" ;; esac
 assert_eq 0 "$(grep -c . "$WORK/good.jsonl" || true)" "messages handed over without the CA"
-sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts CASCADE" >/dev/null
+empty_tables
 
 # With it: delivered, through TLS.
 notices trusted "$GOOD" --ca-file "$WORK/bundle.pem"

@@ -18,9 +18,6 @@ BURST=${WEBHOOK_TLS_BURST:-3000}
 make_test_ca "$WORK"
 cd "$WORK"
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 PORT=$(free_port)
 ROGUE_PORT=$(free_port)
 mkdir -p nginx-temp
@@ -85,11 +82,7 @@ refused() {
     case "$err" in *[Cc]ertificate*) ;; *) fail "$what the certificate should be refused: '$err'" ;; esac
     assert_eq 0 "$(grep -c " $path\$" "$WORK/access.log" || true)" \
         "requests that reached nginx $what"
-    reset_db
-}
-reset_db() {
-    sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints
-         CASCADE" >/dev/null
+    empty_tables
 }
 
 # Without --ca-file the system bundle does not know the test CA.
@@ -116,7 +109,7 @@ assert_eq "$BURST" "$(awk -v p="$PORT" '$1 == p && $2 == "HTTP/1.1" && $3 == 204
     "requests answered over HTTP/1.1"
 assert_eq 0 "$(sql "SELECT count(*) FROM crier.delivery_attempts WHERE duration_ms >= 10000")" \
     "sends that took 10 s or more (the timeout is 15 s)"
-reset_db
+empty_tables
 
 # --ca-file does not turn verification off: a certificate it does not vouch for is refused.
 refused s3 "https://127.0.0.1:$ROGUE_PORT/hooks/rogue" "of a self-signed receiver" --ca-file "$WORK/bundle.pem"

@@ -211,3 +211,15 @@ make_test_ca() {
         cp "$d/ca.pem" "$d/bundle.pem"
     fi
 }
+
+# free_port: a loopback TCP port with nothing listening on it (at the time asked).
+free_port() {
+    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# empty_tables: removes every event, notification, delivery, attempt and endpoint of
+# the test database, so that the next part of a test starts from nothing.
+empty_tables() {
+    sql "TRUNCATE crier.events, crier.notifications, crier.deliveries, crier.delivery_attempts, crier.endpoints
+         CASCADE" >/dev/null
+}
