@@ -31,6 +31,7 @@
 #include "strbuf.h"
 
 #include <ev.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,7 @@ struct crier_delivery {
     bool last_empty;
     bool last_full;    /* the last claim took its limit: a backlog is being drained */
     bool results_due;  /* the results have lingered long enough (RESULT_LINGER_S) */
+    bool released_all; /* crier_delivery_release ran: handed rows are released, not sent */
     int inflight;
     ev_timer retry;
     ev_timer extend;
@@ -117,6 +119,14 @@ struct crier_delivery {
     size_t writing; /* results in the write in flight (0: none) */
 
     crier_delivery_stats stats;
+
+    /* The fan-out's handoff (crier_delivery_reserve, any thread): room
+     * reserved for rows not yet handed over, and what the reservations are
+     * checked against, published by the worker at every pump. */
+    _Atomic int reserved;
+    _Atomic int busy;         /* sends in flight + claims in flight + results unwritten */
+    _Atomic bool handoff_open; /* running, not parked, not draining a backlog */
+
     long kafka_fatal_after; /* test hook: CRIER_TEST_KAFKA_FATAL_AFTER (0: off) */
     long kafka_delivered;
 };
@@ -206,6 +216,7 @@ int crier_retry_parse(const char *text, crier_retry_schedule *s)
 }
 
 static void delivery_pump(crier_delivery *d);
+static void delivery_publish(crier_delivery *d);
 
 static void delivery_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -243,6 +254,7 @@ static void delivery_pause(crier_delivery *d)
         ev_timer_set(&d->retry, 1.0, 0.);
         ev_timer_start(d->loop, &d->retry);
     }
+    delivery_publish(d);
 }
 
 /* Full jitter: a uniform delay in [0, ceiling]. */
@@ -506,22 +518,18 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
     return "unknown channel: no sender for it in this build";
 }
 
-/* The claimed rows of res (a claim's, or the combined statement's, whose row
- * without a claimed delivery has a NULL id); limit: the claim's. */
-static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
+/* Starts the sends of the leased rows of res (columns as SQL_CLAIM's; a row
+ * with a NULL id is none): a claim's, the combined statement's, or a fan-out
+ * batch's handed over (crier_delivery_take). After crier_delivery_release the
+ * rows are written back as released at once instead. Returns how many. */
+static int delivery_start_rows(crier_delivery *d, PGresult *res)
 {
     int rows = PQntuples(res), n = 0;
 
-    for (int i = 0; i < rows; i++)
-        n += !PQgetisnull(res, i, 0);
-    d->last_empty = n == 0;
-    d->last_full = n >= limit;
-    if (d->last_full) /* a full claim: more may be due */
-        d->want_claim = true;
-    d->stats.claimed += (uint64_t)n;
     for (int i = 0; i < rows; i++) {
         if (PQgetisnull(res, i, 0))
             continue;
+        n++;
         size_t slot = flight_add(d);
         flight *f = &d->flights[slot];
         f->id = strtoll(PQgetvalue(res, i, 0), NULL, 10);
@@ -534,6 +542,14 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
         if (PQgetisnull(res, i, 10) || crier_retry_parse(PQgetvalue(res, i, 10), &f->schedule) < 0)
             f->schedule = crier_retry_default;
         d->inflight++;
+        if (d->released_all) {
+            delivery_add_result(d, f, "released", "none", 0, "released at shutdown before the send started",
+                                NULL, 0, 0);
+            flight_free(d, f);
+            d->inflight--;
+            d->stats.released++;
+            continue;
+        }
         if (d->opts.no_send) {
             delivery_finish(d, f, true, false, "none", 0, NULL, NULL, -1, 0);
             continue;
@@ -551,6 +567,23 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
         ev_timer_set(&d->extend, every, every);
         ev_timer_start(d->loop, &d->extend);
     }
+    return n;
+}
+
+/* The claimed rows of res (a claim's, or the combined statement's, whose row
+ * without a claimed delivery has a NULL id); limit: the claim's. */
+static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
+{
+    int rows = PQntuples(res), n = 0;
+
+    for (int i = 0; i < rows; i++)
+        n += !PQgetisnull(res, i, 0);
+    d->last_empty = n == 0;
+    d->last_full = n >= limit;
+    if (d->last_full) /* a full claim: more may be due */
+        d->want_claim = true;
+    d->stats.claimed += (uint64_t)n;
+    delivery_start_rows(d, res);
 }
 
 /* The write's summary: its columns start at base (0 for SQL_COMPLETE,
@@ -729,12 +762,13 @@ static int delivery_claiming(const crier_delivery *d)
  * deliveries_due, every claim has to step over them, and the write that
  * would clear them got slower still — a soak at 5,000 deliveries/s stalled
  * that way, 79,000 leased rows behind one 50-s statement. */
-static int delivery_room(const crier_delivery *d, bool with_results)
+static int delivery_room(crier_delivery *d, bool with_results)
 {
-    return d->opts.max_inflight - d->inflight - delivery_claiming(d) - (with_results ? (int)d->n_results : 0);
+    return d->opts.max_inflight - d->inflight - delivery_claiming(d) - (with_results ? (int)d->n_results : 0) -
+           atomic_load_explicit(&d->reserved, memory_order_relaxed);
 }
 
-static bool delivery_can_claim(const crier_delivery *d, bool with_results)
+static bool delivery_can_claim(crier_delivery *d, bool with_results)
 {
     return d->want_claim && !d->stopping && !d->opts.parked && delivery_room(d, with_results) > 0;
 }
@@ -790,7 +824,7 @@ static bool delivery_results_due(crier_delivery *d)
  * leases of long sends when due; claim alone — while another claim is in
  * flight only for news from the fan-out (a kick), so a new delivery never
  * waits behind a write, while a backlog is drained one claim at a time. */
-static void delivery_pump(crier_delivery *d)
+static void delivery_pump_lanes(crier_delivery *d)
 {
     delivery_lane *lane;
 
@@ -818,6 +852,24 @@ static void delivery_pump(crier_delivery *d)
         return;
     int room = delivery_room(d, true);
     delivery_claim(d, lane, room < d->opts.batch_size ? room : d->opts.batch_size);
+}
+
+/* What a reservation of the fan-out's handoff is checked against (read on
+ * other threads): the room taken, and whether handing over is open at all —
+ * not while stopping or parked, not while a statement failed, and not while a
+ * backlog is drained (the last claim was full: rows due earlier go first). */
+static void delivery_publish(crier_delivery *d)
+{
+    atomic_store_explicit(&d->busy, d->inflight + delivery_claiming(d) + (int)d->n_results, memory_order_relaxed);
+    atomic_store_explicit(&d->handoff_open,
+                          !d->stopping && !d->opts.parked && !d->last_full && !ev_is_active(&d->retry),
+                          memory_order_relaxed);
+}
+
+static void delivery_pump(crier_delivery *d)
+{
+    delivery_pump_lanes(d);
+    delivery_publish(d);
 }
 
 crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_pg *pg2,
@@ -858,6 +910,37 @@ crier_delivery *crier_delivery_new(struct ev_loop *loop, crier_pg *pg, crier_pg 
     return d;
 }
 
+bool crier_delivery_reserve(crier_delivery *d, int n)
+{
+    if (n <= 0 || !atomic_load(&d->handoff_open))
+        return false;
+    int r = atomic_load(&d->reserved);
+    do {
+        if (atomic_load(&d->busy) + r + n > d->opts.max_inflight)
+            return false;
+    } while (!atomic_compare_exchange_weak(&d->reserved, &r, r + n));
+    return true;
+}
+
+int crier_delivery_take(crier_delivery *d, PGresult *res, int reserved)
+{
+    int n = 0;
+    atomic_fetch_sub(&d->reserved, reserved);
+    if (res) {
+        n = delivery_start_rows(d, res);
+        d->stats.claimed += (uint64_t)n;
+        d->stats.handed += (uint64_t)n;
+        PQclear(res);
+    }
+    delivery_pump(d);
+    return n;
+}
+
+int crier_delivery_lease_seconds(const crier_delivery *d)
+{
+    return d->opts.lease_seconds;
+}
+
 void crier_delivery_set_senders(crier_delivery *d, const crier_delivery_senders *senders)
 {
     d->senders = *senders;
@@ -879,8 +962,10 @@ static int delivery_lanes_busy(const crier_delivery *d)
     return n;
 }
 
-bool crier_delivery_idle(const crier_delivery *d)
+bool crier_delivery_idle(crier_delivery *d)
 {
+    if (atomic_load(&d->reserved) > 0)
+        return false;
     if (d->opts.parked)
         return delivery_lanes_busy(d) == 0 && d->n_results == 0;
     return delivery_lanes_busy(d) == 0 && d->inflight == 0 && d->n_results == 0 && d->last_empty &&
@@ -890,11 +975,13 @@ bool crier_delivery_idle(const crier_delivery *d)
 void crier_delivery_stop(crier_delivery *d)
 {
     d->stopping = true;
+    delivery_publish(d);
 }
 
 void crier_delivery_release(crier_delivery *d)
 {
     d->stopping = true;
+    d->released_all = true;
     for (size_t i = 0; i < d->n_flights; i++) {
         flight *f = &d->flights[i];
         if (!f->used)
@@ -908,9 +995,9 @@ void crier_delivery_release(crier_delivery *d)
     delivery_pump(d);
 }
 
-int crier_delivery_pending(const crier_delivery *d)
+int crier_delivery_pending(crier_delivery *d)
 {
-    return d->inflight + (int)d->n_results + delivery_lanes_busy(d);
+    return d->inflight + (int)d->n_results + delivery_lanes_busy(d) + atomic_load(&d->reserved);
 }
 
 const crier_delivery_stats *crier_delivery_get_stats(const crier_delivery *d)

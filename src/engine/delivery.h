@@ -64,7 +64,8 @@ typedef struct {
 } crier_delivery_options;
 
 typedef struct {
-    uint64_t claimed;
+    uint64_t claimed;       /* leased: by a claim, or handed over by a fan-out batch */
+    uint64_t handed;        /* of those, handed over (crier_delivery_take) */
     uint64_t delivered;
     uint64_t retried;
     uint64_t dead;
@@ -109,9 +110,33 @@ void crier_delivery_on_kafka_done(void *ud, const crier_kafka_result *result);
 /* Asks for a claim pass (new deliveries may be due). */
 void crier_delivery_kick(crier_delivery *d);
 
+/* The fan-out's handoff. A fan-out batch whose deliveries this worker can
+ * take at once inserts them already leased (attempt 1, lease_until: as a
+ * claim would leave them) and, once committed, hands the rows over instead
+ * of announcing them: no claim statement, no update of each row, no round
+ * trip between the commit and the send. A crash in between leaves them to
+ * their lease, as with a claimed delivery.
+ *
+ * crier_delivery_reserve (any thread): room for n sends, reserved before the
+ * batch's write; false when the worker is stopping, parked, draining a
+ * backlog or has no room. Every granted reservation must come back through
+ * crier_delivery_take, with the rows or without (NULL: the batch did not
+ * commit, or leased none); while one is out the worker is neither idle nor
+ * drained. */
+bool crier_delivery_reserve(crier_delivery *d, int n);
+
+/* On the worker's loop: returns a reservation of that many, and starts the
+ * sends of res's leased rows (columns as crier.claim_deliveries'; a row with a
+ * NULL id is none; res is freed), or writes them back as released when the
+ * shutdown deadline has passed. Returns the rows taken. */
+int crier_delivery_take(crier_delivery *d, PGresult *res, int reserved);
+
+/* The lease a handed-over row must carry (crier_delivery_options.lease_seconds). */
+int crier_delivery_lease_seconds(const crier_delivery *d);
+
 /* True when nothing is in flight, no result waits to be written, and the last
  * claim found nothing due. */
-bool crier_delivery_idle(const crier_delivery *d);
+bool crier_delivery_idle(crier_delivery *d);
 
 /* Stops claiming; sends in flight complete and their results are written. */
 void crier_delivery_stop(crier_delivery *d);
@@ -123,7 +148,7 @@ void crier_delivery_stop(crier_delivery *d);
 void crier_delivery_release(crier_delivery *d);
 
 /* Number of sends in flight plus results not yet written. */
-int crier_delivery_pending(const crier_delivery *d);
+int crier_delivery_pending(crier_delivery *d);
 
 const crier_delivery_stats *crier_delivery_get_stats(const crier_delivery *d);
 

@@ -2,15 +2,25 @@
  * loop (see delivery_thread.h). */
 #include "delivery_thread.h"
 
+#include "alloc.h"
 #include "engine.h"
 #include "log.h"
 #include "worker_thread.h"
 
 #include <ev.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A fan-out batch's rows handed over (crier_delivery_thread_hand). */
+typedef struct {
+    PGresult *res; /* NULL: only the reservation comes back */
+    int reserved;
+} delivery_handoff;
+
+enum { DELIVERY_THREAD_HANDOFF = CRIER_WORKER_OWN };
 
 struct crier_delivery_thread {
     const crier_engine_config *cfg;
@@ -25,6 +35,11 @@ struct crier_delivery_thread {
     bool stopping, released;
     crier_worker_thread *thread;
     crier_delivery_stats final_stats; /* copied at teardown */
+
+    /* handoffs from the fan-out's threads, taken on this one */
+    pthread_mutex_t handoff_lock;
+    delivery_handoff *handoffs;
+    size_t n_handoffs, cap_handoffs;
 
     /* published once per loop pass for the heartbeat (delivery_thread_idle) */
     _Atomic int in_flight;
@@ -84,6 +99,17 @@ static void delivery_thread_requests(void *ud, unsigned bits)
         ev_timer_set(&t->deadline, t->cfg->shutdown_deadline, 0.);
         ev_timer_start(t->loop, &t->deadline);
     }
+    if (bits & DELIVERY_THREAD_HANDOFF) {
+        pthread_mutex_lock(&t->handoff_lock);
+        delivery_handoff *list = t->handoffs;
+        size_t n = t->n_handoffs;
+        t->handoffs = NULL;
+        t->n_handoffs = t->cap_handoffs = 0;
+        pthread_mutex_unlock(&t->handoff_lock);
+        for (size_t i = 0; i < n; i++)
+            crier_delivery_take(t->delivery, list[i].res, list[i].reserved);
+        free(list);
+    }
     if ((bits & CRIER_WORKER_KICK) && !t->stopping)
         crier_delivery_kick(t->delivery);
 }
@@ -131,6 +157,13 @@ static void delivery_thread_teardown(void *ud, struct ev_loop *loop)
     crier_delivery_free(t->delivery);
     crier_pg_free(t->pg);
     crier_pg_free(t->pg2);
+    /* handed over after the loop ended: their leases run out, and any worker
+     * takes them then */
+    for (size_t i = 0; i < t->n_handoffs; i++)
+        PQclear(t->handoffs[i].res);
+    free(t->handoffs);
+    t->handoffs = NULL;
+    t->n_handoffs = t->cap_handoffs = 0;
 }
 
 crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cfg, void (*on_change)(void *ud),
@@ -143,6 +176,7 @@ crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cf
         return NULL;
     }
     t->cfg = cfg;
+    pthread_mutex_init(&t->handoff_lock, NULL);
     t->loop = ev_loop_new(EVFLAG_AUTO);
     if (!t->loop) {
         snprintf(err, err_len, "cannot create the delivery loop");
@@ -208,6 +242,7 @@ fail:
         delivery_thread_teardown(t, t->loop);
         ev_loop_destroy(t->loop);
     }
+    pthread_mutex_destroy(&t->handoff_lock);
     free(t);
     return NULL;
 }
@@ -215,6 +250,29 @@ fail:
 void crier_delivery_thread_kick(crier_delivery_thread *t)
 {
     crier_worker_thread_request(t->thread, CRIER_WORKER_KICK);
+}
+
+bool crier_delivery_thread_reserve(crier_delivery_thread *t, int n)
+{
+    return crier_delivery_reserve(t->delivery, n);
+}
+
+void crier_delivery_thread_hand(crier_delivery_thread *t, PGresult *res, int reserved)
+{
+    pthread_mutex_lock(&t->handoff_lock);
+    if (t->n_handoffs == t->cap_handoffs) {
+        size_t cap = t->cap_handoffs ? t->cap_handoffs * 2 : 16;
+        t->handoffs = crier_xrealloc(t->handoffs, cap * sizeof *t->handoffs);
+        t->cap_handoffs = cap;
+    }
+    t->handoffs[t->n_handoffs++] = (delivery_handoff){.res = res, .reserved = reserved};
+    pthread_mutex_unlock(&t->handoff_lock);
+    crier_worker_thread_request(t->thread, DELIVERY_THREAD_HANDOFF);
+}
+
+int crier_delivery_thread_lease_seconds(crier_delivery_thread *t)
+{
+    return crier_delivery_lease_seconds(t->delivery);
 }
 
 void crier_delivery_thread_stop(crier_delivery_thread *t)
@@ -240,5 +298,6 @@ void crier_delivery_thread_join(crier_delivery_thread *t, crier_delivery_stats *
     /* teardown freed the worker: its totals were copied first */
     if (stats)
         *stats = t->final_stats;
+    pthread_mutex_destroy(&t->handoff_lock);
     free(t);
 }

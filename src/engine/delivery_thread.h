@@ -32,6 +32,17 @@ crier_delivery_thread *crier_delivery_thread_start(const struct crier_engine_con
  * Safe from any thread. */
 void crier_delivery_thread_kick(crier_delivery_thread *t);
 
+/* The fan-out's handoff (delivery.h, crier_delivery_reserve), safe from any
+ * thread: reserve room for n sends before a batch's write; then hand the
+ * batch's leased rows over once it has committed (res, freed by the delivery
+ * thread; NULL when it did not commit or leased none), always returning the
+ * whole reservation. */
+bool crier_delivery_thread_reserve(crier_delivery_thread *t, int n);
+void crier_delivery_thread_hand(crier_delivery_thread *t, PGresult *res, int reserved);
+
+/* The lease handed-over rows carry (the delivery worker's). */
+int crier_delivery_thread_lease_seconds(crier_delivery_thread *t);
+
 /* Begins the graceful stop: no new claims; sends in flight may finish for
  * cfg->shutdown_deadline seconds, then they are released for other workers.
  * Safe from any thread; idempotent. */

@@ -399,6 +399,20 @@ static void engine_on_committed(void *ud, uint64_t deliveries, uint64_t slowed)
         crier_fanout_thread_kick(e->slow);
 }
 
+/* The fan-out's handoff to the delivery side (fanout.h), called on any
+ * fan-out worker's thread. */
+static bool engine_handoff_reserve(void *ud, int n)
+{
+    engine *e = ud;
+    return crier_delivery_thread_reserve(e->delivery, n);
+}
+
+static void engine_handoff_hand(void *ud, PGresult *rows, int reserved)
+{
+    engine *e = ud;
+    crier_delivery_thread_hand(e->delivery, rows, reserved);
+}
+
 /* After a committed pass of the timer worker that made deliveries due or
  * scheduled events pending. */
 static void engine_on_timers_committed(void *ud, uint64_t deliveries_due, uint64_t events_due)
@@ -671,12 +685,19 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
     e.delivery = crier_delivery_thread_start(cfg, engine_delivery_changed, &e, err, err_len);
     if (!e.delivery)
         goto out;
+    /* a parked delivery side takes nothing: the deliveries stay for another process */
+    crier_fanout_handoff handoff = {.reserve = engine_handoff_reserve,
+                                    .hand = engine_handoff_hand,
+                                    .lease_seconds = crier_delivery_thread_lease_seconds(e.delivery),
+                                    .ud = &e};
+    const crier_fanout_handoff *hand_to = cfg->delivery.parked ? NULL : &handoff;
+    crier_fanout_set_handoff(e.fanout, hand_to);
     {
         crier_rules *copy = crier_rules_reloader_load_copy(&e.reloader, err, err_len);
         if (!copy)
             goto out;
-        e.slow = crier_fanout_thread_start(cfg, copy, 0, engine_on_committed, engine_delivery_changed, &e, err,
-                                           err_len);
+        e.slow = crier_fanout_thread_start(cfg, copy, 0, engine_on_committed, hand_to, engine_delivery_changed,
+                                           &e, err, err_len);
         if (!e.slow)
             goto out;
     }
@@ -686,8 +707,8 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         crier_rules *copy = crier_rules_reloader_load_copy(&e.reloader, err, err_len);
         if (!copy)
             goto out;
-        e.fast[i] = crier_fanout_thread_start(cfg, copy, i + 2, engine_on_committed, engine_delivery_changed, &e,
-                                              err, err_len);
+        e.fast[i] = crier_fanout_thread_start(cfg, copy, i + 2, engine_on_committed, hand_to,
+                                              engine_delivery_changed, &e, err, err_len);
         if (!e.fast[i])
             goto out;
     }
@@ -765,11 +786,13 @@ int crier_engine_run(const crier_engine_config *cfg, crier_engine_stats *stats, 
         }
         crier_info("engine",
                    "stopped: %llu events fanned out (%llu dead), %llu notifications new (%llu by COPY), "
-                   "%llu duplicates skipped; %llu delivered, %llu retried, %llu dead",
+                   "%llu duplicates skipped; %llu delivered, %llu retried, %llu dead; %llu deliveries handed "
+                   "to the delivery side by their batch, %llu claimed",
                    (unsigned long long)fs->events_done, (unsigned long long)fs->events_dead,
                    (unsigned long long)fs->notifications_created, (unsigned long long)fs->notifications_copied,
                    (unsigned long long)fs->notifications_duplicate, (unsigned long long)ds.delivered,
-                   (unsigned long long)ds.retried, (unsigned long long)ds.dead);
+                   (unsigned long long)ds.retried, (unsigned long long)ds.dead, (unsigned long long)ds.handed,
+                   (unsigned long long)(ds.claimed - ds.handed));
     }
     rc = 0;
 

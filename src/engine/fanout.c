@@ -28,6 +28,7 @@
 #include "strbuf.h"
 
 #include <ev.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,12 +122,17 @@ enum {
     WRITE_DELIVERY_EVENT_TYPE, /* $36 text[]: and event type */
     WRITE_COPIED,              /* $37 text: notifications this batch wrote by COPY (for GET /metrics) */
     WRITE_DELIVERY_EMITTED,    /* $38 text[]: its event's commit time (deliveries.emitted_at) */
+    WRITE_HANDOFF_LEASE,       /* $39 text: the handoff's lease in seconds, or 0 (no handoff) */
     N_WRITE_PARAMS
 };
 _Static_assert(N_WRITE_PARAMS <= CRIER_PG_MAX_PARAMS, "SQL_WRITE has more parameters than crier_pg_params holds");
 
-/* Columns of SQL_WRITE's one row. */
+/* Columns of SQL_WRITE's summary (SQL_WRITE_DONE's one row; in SQL_WRITE's
+ * rows they follow the WRITE_HANDED_COLS columns of a handed-over delivery). */
 enum { WRITTEN_NOTIFICATIONS, WRITTEN_DELIVERIES, WRITTEN_DONE, WRITTEN_DEAD };
+/* The columns of a delivery handed over in SQL_WRITE's rows: as
+ * crier.claim_deliveries returns them (crier_delivery_take). */
+#define WRITE_HANDED_COLS 13
 
 typedef struct {
     int64_t id;
@@ -195,6 +201,15 @@ struct crier_fanout {
         double until; /* monotonic seconds */
     } slow_types[FANOUT_SLOW_TYPES];
     double slow_types_until; /* when the last of them expires */
+
+    /* The handoff to the delivery worker (crier_fanout_set_handoff): the room
+     * reserved for this batch's deliveries, and the write's result holding the
+     * rows leased for it until the batch commits. */
+    crier_fanout_handoff handoff;
+    int handoff_reserved;
+    PGresult *handoff_res;
+    uint64_t batch_handed;
+    char handoff_lease_text[16]; /* WRITE_HANDOFF_LEASE */
 
     crier_fanout_stats stats;
 };
@@ -305,19 +320,38 @@ static const char SQL_SETTINGS[] =
     "            tenant, recipient_id, event_type, emitted)" \
     ONLY_INSERTED \
     "    OFFSET 0) q" \
+    /* the handoff (fanout_reserve_handoff): only while every endpoint is active, \
+     * as crier.claim_deliveries would send them */ \
+    "), hand AS MATERIALIZED (" \
+    "  SELECT CASE WHEN $39::int > 0 THEN NOT EXISTS (SELECT FROM crier.endpoints e WHERE e.state <> 'active')" \
+    "      ELSE false END AS ok" \
     "), dlv AS (" \
     "  INSERT INTO crier.deliveries (notification_id, tenant, channel, message_id, target, body, secret," \
-    "      subject, html, sender, retry_schedule, timing, emitted_at, state, last_error)" \
+    "      subject, html, sender, retry_schedule, timing, emitted_at, state, last_error, attempts, lease_until)" \
     "  SELECT p.notification_id, p.tenant, p.channel, p.message_id," \
     "      p.target, p.body, p.secret, p.subject, p.html, p.sender, p.retry::int[], p.timing::jsonb," \
     "      p.emitted::timestamptz," \
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed' WHEN p.timing IS NOT NULL THEN 'timing'" \
     "          ELSE 'pending' END," \
     "      CASE WHEN p.pref_enabled = false THEN 'suppressed by the recipient''s preference (event type '" \
-    "          || p.pref_type || ', channel ' || p.pref_channel || ')' END" \
-    "  FROM planned p WHERE p.channel <> 'feed'" \
-    "  RETURNING 1" \
+    "          || p.pref_type || ', channel ' || p.pref_channel || ')' END," \
+    /* handed over: leased as a claim leaves a row (attempt 1, lease_until) */ \
+    "      CASE WHEN h.ok AND p.pref_enabled IS NOT false AND p.timing IS NULL THEN 1 ELSE 0 END," \
+    "      CASE WHEN h.ok AND p.pref_enabled IS NOT false AND p.timing IS NULL" \
+    "          THEN now() + make_interval(secs => $39::int) END" \
+    "  FROM planned p, hand h WHERE p.channel <> 'feed'" \
+    "  RETURNING lease_until IS NOT NULL AS handed, id, attempts, channel, message_id, target," \
+    "      CASE WHEN lease_until IS NOT NULL THEN body END AS body, secret, subject," \
+    "      CASE WHEN lease_until IS NOT NULL THEN html END AS html, sender, retry_schedule, budget_start" \
     ")"
+
+/* The rows SQL_WRITE returns: the deliveries handed over (WRITE_HANDED_COLS
+ * columns, as crier.claim_deliveries'), each followed by the summary k (the
+ * WRITTEN_… columns); without any, one row whose delivery columns are NULL. */
+#define SQL_WRITE_TAIL \
+    " SELECT h.id, h.attempts, h.channel, h.message_id, h.target, h.body, h.secret, h.subject, h.html," \
+    "        h.sender, h.retry_schedule, h.budget_start, false AS probe, k.*" \
+    " FROM k LEFT JOIN (SELECT * FROM dlv WHERE dlv.handed) h ON true"
 
 /* The rest of SQL_WRITE after the deliveries: feed items, audience items, the
  * events' marks (done, more pages, failed, slow lane) and the counts. */
@@ -354,13 +388,15 @@ static const char SQL_SETTINGS[] =
     "), slowed AS (" \
     "  UPDATE crier.events SET lane = 1 WHERE id = ANY($32::bigint[])" \
     "  RETURNING 1" \
-    ")" \
+    ")," \
     /* GET /metrics' counters, in the batch's transaction (sql/functions/metrics_fanout.sql) */ \
-    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done)," \
+    " k AS MATERIALIZED (" \
+    "  SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done)," \
     "        (SELECT count(*) FROM failed WHERE state = 'dead')," \
     "        crier.metrics_fanout((SELECT count(*) FROM ins) + $37::bigint, (SELECT count(*) FROM failed WHERE state = 'dead')," \
     "            (SELECT array_agg(latency) FROM done)," \
-    "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))"
+    "            (SELECT count(*) FROM planned WHERE channel = 'feed' AND pref_enabled = false))" \
+    ")" SQL_WRITE_TAIL
 
 /* The rest of a lean batch's write: one whose deliveries are none on the feed
  * and none with a timing, and which has no audience item, no further page, no
@@ -386,11 +422,12 @@ static const char SQL_SETTINGS[] =
     ", done AS (" SQL_EVENTS_DONE("$15", "$9") "), unused AS (" \
     "  SELECT $16::bigint[], $17::text[], $18::bool[], $19::int, $25::bigint[], $26::text[]," \
     "      $27::bigint[], $28::text[], $29::text[], $30::bool[], $32::bigint[]" \
-    ")" \
-    " SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done), 0," \
+    "), k AS MATERIALIZED (" \
+    "  SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM dlv), (SELECT count(*) FROM done), 0," \
     "        crier.metrics_fanout((SELECT count(*) FROM ins) + $37::bigint, 0," \
     "            (SELECT array_agg(latency) FROM done), 0)," \
-    "        set_config('synchronous_commit', 'off', true)"
+    "        set_config('synchronous_commit', 'off', true)" \
+    ")" SQL_WRITE_TAIL
 
 #define SQL_WRITE(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_REST
 #define SQL_WRITE_LEAN(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_HEAD(ON_CONFLICT, ONLY_INSERTED) SQL_WRITE_LEAN_REST
@@ -489,9 +526,25 @@ static void fanout_retry_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* Abandons the batch after a database error: roll back if the connection still
  * works, and retry after a pause. */
+/* Gives the batch's handoff back to the delivery worker: after its commit
+ * with the rows it leased (committed), else without them. */
+static void fanout_handoff_end(crier_fanout *f, bool committed)
+{
+    if (f->handoff_reserved > 0) {
+        PGresult *res = committed ? f->handoff_res : NULL;
+        if (!committed)
+            PQclear(f->handoff_res);
+        f->handoff.hand(f->handoff.ud, res, f->handoff_reserved);
+    }
+    f->handoff_reserved = 0;
+    f->handoff_res = NULL;
+    f->batch_handed = 0;
+}
+
 static void fanout_abort(crier_fanout *f, const char *why)
 {
     crier_error("fanout", "batch abandoned: %s", why);
+    fanout_handoff_end(f, false);
     f->n_events = 0;
     f->redo = false; /* the pause below applies, not an immediate claim */
     if (crier_pg_ok(f->pg) && f->state != FANOUT_ROLLBACK && f->state != FANOUT_IDLE) {
@@ -1017,6 +1070,23 @@ static bool fanout_write_is_lean(const crier_fanout *f)
            fanout_cols_empty(f, WRITE_EVENT_SIDES, N_WRITE_EVENT_SIDES);
 }
 
+/* Reserves room with the delivery worker for the deliveries the write may
+ * lease and hand over (those not on the feed and without a timing; the
+ * suppressed ones among them are given back after the batch): all or none,
+ * and only on the statement path (a COPY batch's rows are not returned). */
+static void fanout_reserve_handoff(crier_fanout *f)
+{
+    size_t planned = f->cols[WRITE_DELIVERY_OF].count, other = f->batch_feed + f->batch_timed;
+    snprintf(f->handoff_lease_text, sizeof f->handoff_lease_text, "0");
+    if (!f->handoff.reserve || planned <= other || planned - other > (size_t)INT_MAX)
+        return;
+    int n = (int)(planned - other);
+    if (!f->handoff.reserve(f->handoff.ud, n))
+        return;
+    f->handoff_reserved = n;
+    snprintf(f->handoff_lease_text, sizeof f->handoff_lease_text, "%d", f->handoff.lease_seconds);
+}
+
 /* The write statement, with the batch's arrays: SQL_WRITE_DONE when the batch
  * leaves only events done (so, mostly, after the COPY path), else
  * SQL_WRITE_CHECKED or SQL_WRITE_NEW (after the COPY path without
@@ -1033,6 +1103,7 @@ static void fanout_send_write(crier_fanout *f)
         crier_pg_array_add_bool(&c[WRITE_AUDIENCE_BACKFILL], ai->backfill);
     }
 
+    fanout_reserve_handoff(f);
     snprintf(f->max_attempts_text, sizeof f->max_attempts_text, "%d", f->opts.max_attempts);
     snprintf(f->copied_text, sizeof f->copied_text, "%zu", f->copy_rows ? f->rows.notifications.rows : 0);
     crier_pg_params_reset(&f->params);
@@ -1050,6 +1121,8 @@ static void fanout_send_write(crier_fanout *f)
             crier_pg_params_text(&f->params, f->max_attempts_text);
         else if (i == WRITE_COPIED)
             crier_pg_params_text(&f->params, f->copied_text);
+        else if (i == WRITE_HANDOFF_LEASE)
+            crier_pg_params_text(&f->params, f->handoff_lease_text);
         else
             crier_pg_params_array(&f->params, &c[i]);
     }
@@ -1102,10 +1175,12 @@ static void fanout_load_settings(crier_fanout *f)
 
 static void fanout_on_write(crier_fanout *f, PGresult *res)
 {
-    uint64_t created = strtoull(PQgetvalue(res, 0, WRITTEN_NOTIFICATIONS), NULL, 10);
-    uint64_t deliveries = strtoull(PQgetvalue(res, 0, WRITTEN_DELIVERIES), NULL, 10);
-    uint64_t done = strtoull(PQgetvalue(res, 0, WRITTEN_DONE), NULL, 10);
-    uint64_t dead = strtoull(PQgetvalue(res, 0, WRITTEN_DEAD), NULL, 10);
+    /* SQL_WRITE_DONE: the summary alone; SQL_WRITE: after a handed delivery's columns */
+    int base = PQnfields(res) > WRITE_HANDED_COLS + WRITTEN_DEAD ? WRITE_HANDED_COLS : 0;
+    uint64_t created = strtoull(PQgetvalue(res, 0, base + WRITTEN_NOTIFICATIONS), NULL, 10);
+    uint64_t deliveries = strtoull(PQgetvalue(res, 0, base + WRITTEN_DELIVERIES), NULL, 10);
+    uint64_t done = strtoull(PQgetvalue(res, 0, base + WRITTEN_DONE), NULL, 10);
+    uint64_t dead = strtoull(PQgetvalue(res, 0, base + WRITTEN_DEAD), NULL, 10);
     uint64_t failed = f->cols[WRITE_FAILED_ID].count;
     uint64_t planned = f->cols[WRITE_KEY_HASH].count;
 
@@ -1124,6 +1199,18 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
     f->stats.notifications_duplicate += planned - created;
     f->stats.deliveries_created += deliveries;
     f->batch_deliveries = deliveries;
+    if (base > 0 && f->handoff_reserved > 0) {
+        int rows = PQntuples(res);
+        for (int i = 0; i < rows; i++)
+            f->batch_handed += !PQgetisnull(res, i, 0);
+        if (f->batch_handed > 0) { /* the rows go to the delivery worker after the commit */
+            crier_pg_keep_result(f->pg);
+            f->handoff_res = res;
+            f->stats.deliveries_handed += f->batch_handed;
+        } else {
+            fanout_handoff_end(f, false); /* none leased: the room is given back now */
+        }
+    }
     crier_debug("fanout", "batch: %zu events, %llu done, %llu notifications new, %llu duplicate, %llu deliveries",
                 f->n_events, (unsigned long long)done, (unsigned long long)created,
                 (unsigned long long)(planned - created), (unsigned long long)deliveries);
@@ -1209,18 +1296,23 @@ static void fanout_result(void *ud, PGresult *res, const char *err)
     case FANOUT_TIMING:
         fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
         break;
-    case FANOUT_COMMIT:
+    case FANOUT_COMMIT: {
         f->state = FANOUT_IDLE;
         f->n_events = 0;
-        if ((f->batch_deliveries || f->cols[WRITE_SLOW_ID].count) && f->committed)
-            f->committed(f->committed_ud, f->batch_deliveries, f->cols[WRITE_SLOW_ID].count);
+        /* handed over: the delivery worker sends them without being told to claim */
+        uint64_t announced = f->batch_deliveries - f->batch_handed;
+        fanout_handoff_end(f, true);
+        if ((announced || f->cols[WRITE_SLOW_ID].count) && f->committed)
+            f->committed(f->committed_ud, announced, f->cols[WRITE_SLOW_ID].count);
         f->batch_deliveries = 0;
         /* more is due at once: the batch was full, or an audience has pages left */
         if (f->batch_full || f->released || f->cols[WRITE_MORE_ID].count > 0)
             f->kicked = true;
         fanout_step(f);
         break;
+    }
     case FANOUT_ROLLBACK:
+        fanout_handoff_end(f, false);
         f->state = FANOUT_IDLE;
         if (f->redo) { /* the batch met an existing key: claim again now, checked */
             f->redo = false;
@@ -1349,9 +1441,15 @@ void crier_fanout_stats_add(crier_fanout_stats *dst, const crier_fanout_stats *s
     dst->notifications_copied += src->notifications_copied;
     dst->notifications_duplicate += src->notifications_duplicate;
     dst->deliveries_created += src->deliveries_created;
+    dst->deliveries_handed += src->deliveries_handed;
     dst->pages += src->pages;
     dst->events_slowed += src->events_slowed;
     dst->events_released += src->events_released;
+}
+
+void crier_fanout_set_handoff(crier_fanout *f, const crier_fanout_handoff *handoff)
+{
+    f->handoff = handoff ? *handoff : (crier_fanout_handoff){0};
 }
 
 void crier_fanout_free(crier_fanout *f)
@@ -1360,6 +1458,7 @@ void crier_fanout_free(crier_fanout *f)
         return;
     ev_timer_stop(f->loop, &f->retry);
     ev_timer_stop(f->loop, &f->plan_more);
+    fanout_handoff_end(f, false);
     crier_rules_free(f->rules);
     crier_rules_free(f->next_rules);
     for (size_t i = 0; i < N_SETTINGS_PARAMS; i++)

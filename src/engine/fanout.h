@@ -48,6 +48,7 @@ typedef struct {
     uint64_t notifications_copied; /* of those, written by COPY (crier_fanout_options.copy_min) */
     uint64_t notifications_duplicate;
     uint64_t deliveries_created;
+    uint64_t deliveries_handed; /* of those, handed to the delivery worker (crier_fanout_handoff) */
     uint64_t pages;          /* pages of paged audiences written with more to come */
     uint64_t events_slowed;  /* handed to the slow lane (fast lane) */
     uint64_t events_released; /* left for the next batch when the batch's time was up */
@@ -57,11 +58,29 @@ typedef struct {
  * to the slow lane. */
 typedef void (*crier_fanout_committed_fn)(void *ud, uint64_t deliveries_created, uint64_t events_slowed);
 
+/* The delivery worker a batch hands its new deliveries to (delivery.h, the
+ * handoff): reserve(ud, n) asks for room for n sends before the batch's
+ * write; when granted, the write inserts the deliveries that would be due at
+ * once leased for lease_seconds and returns them, and after the batch
+ * commits hand(ud, rows, n) gives them over (rows: a PGresult whose first
+ * columns are crier.claim_deliveries'; the callee frees it). A batch that
+ * does not commit, or leased nothing, calls hand(ud, NULL, n). Called on the
+ * fan-out's thread. */
+typedef struct {
+    bool (*reserve)(void *ud, int n);
+    void (*hand)(void *ud, PGresult *rows, int reserved);
+    int lease_seconds;
+    void *ud;
+} crier_fanout_handoff;
+
 /* Creates the worker on its own connection pg (not owned). rules becomes owned
  * by the worker. Returns NULL on allocation failure. */
 crier_fanout *crier_fanout_new(struct ev_loop *loop, crier_pg *pg, crier_rules *rules,
                                const crier_fanout_options *opts,
                                crier_fanout_committed_fn committed, void *ud);
+
+/* Sets (or with NULL, clears) where batches hand their deliveries over; none by default. */
+void crier_fanout_set_handoff(crier_fanout *f, const crier_fanout_handoff *handoff);
 
 /* Asks for a pass: starts a batch now if idle, or right after the current one. */
 void crier_fanout_kick(crier_fanout *f);

@@ -120,7 +120,8 @@ static void fanout_thread_free(crier_fanout_thread *t)
 }
 
 crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, crier_rules *rules, int number,
-                                               crier_fanout_committed_fn committed, void (*changed)(void *ud),
+                                               crier_fanout_committed_fn committed,
+                                               const crier_fanout_handoff *handoff, void (*changed)(void *ud),
                                                void *ud, char *err, size_t err_len)
 {
     crier_fanout_thread *t = calloc(1, sizeof *t);
@@ -170,6 +171,7 @@ crier_fanout_thread *crier_fanout_thread_start(const crier_engine_config *cfg, c
         goto fail;
     }
     rules = NULL; /* the worker's now */
+    crier_fanout_set_handoff(t->fanout, handoff);
     ev_timer_init(&t->poll, fanout_thread_poll_cb, every, every);
     t->poll.data = t;
     ev_timer_start(t->loop, &t->poll);

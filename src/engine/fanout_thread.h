@@ -28,12 +28,15 @@ typedef struct crier_fanout_thread crier_fanout_thread;
  * given the worker's own runner): the slow lane (number 0) or fast-lane
  * worker number (2, 3, …: its connection is named fanout-<number>).
  * committed is called on the worker's thread after a batch that created
- * deliveries (it must be thread-safe); changed (on the worker's thread) tells
- * the owner that _idle or _finished may have changed. Returns the running
- * worker, or NULL with err set (rules freed). */
+ * deliveries (it must be thread-safe); handoff (NULL: none) is where its
+ * batches hand deliveries over (fanout.h; its calls must be thread-safe);
+ * changed (on the worker's thread) tells the owner that _idle or _finished
+ * may have changed. Returns the running worker, or NULL with err set (rules
+ * freed). */
 crier_fanout_thread *crier_fanout_thread_start(const struct crier_engine_config *cfg, crier_rules *rules,
                                                int number, crier_fanout_committed_fn committed,
-                                               void (*changed)(void *ud), void *ud, char *err, size_t err_len);
+                                               const crier_fanout_handoff *handoff, void (*changed)(void *ud),
+                                               void *ud, char *err, size_t err_len);
 
 /* Asks for a pass. Safe from any thread. */
 void crier_fanout_thread_kick(crier_fanout_thread *t);

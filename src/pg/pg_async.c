@@ -41,6 +41,7 @@ struct crier_pg {
     bool copying;      /* the server asked for them: rows (and the end) still to queue */
     crier_pg_notify_fn notify;
     void *notify_ud;
+    bool keep_result; /* the callback running took its result (crier_pg_keep_result) */
 };
 
 static void pg_watch(crier_pg *pg, int events)
@@ -245,9 +246,12 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         pg->busy = false;
         pg->copy_pending = false; /* (a COPY refused before its rows were asked for) */
         pg->cb = NULL;
+        pg->keep_result = false;
         if (cb)
             cb(ud, last, last ? NULL : "query returned no result");
-        PQclear(last);
+        if (!pg->keep_result)
+            PQclear(last);
+        pg->keep_result = false;
         pg_dispatch_notifies(pg);
         if (PQstatus(pg->conn) == CONNECTION_BAD) {
             pg_fail(pg, "connection lost");
@@ -501,6 +505,11 @@ static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud)
 bool crier_pg_idle(const crier_pg *pg)
 {
     return !pg->busy && !pg->broken && !pg->connecting;
+}
+
+void crier_pg_keep_result(crier_pg *pg)
+{
+    pg->keep_result = true;
 }
 
 bool crier_pg_ok(const crier_pg *pg)

@@ -63,6 +63,11 @@ int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, con
 int crier_pg_copy_in(crier_pg *pg, const char *sql, const char *data, size_t len, crier_pg_result_fn cb,
                      void *ud);
 
+/* Called from a result callback of pg: the callee keeps that callback's
+ * result (and PQclears it itself) instead of the connection clearing it when
+ * the callback returns. */
+void crier_pg_keep_result(crier_pg *pg);
+
 /* True when the connection is usable. */
 bool crier_pg_ok(const crier_pg *pg);
 
