@@ -13,7 +13,7 @@
  *           notifications and the deliveries by COPY, then this statement for the rest;
  *           the COPY rows are built while the batch is planned: fanout_rows.h)
  *   timing  (only when a delivery has a delay, throttle or digest) crier.apply_timing()
- *   COMMIT
+ *   COMMIT  (without a timing step, in the write's round trip: libpq's pipeline mode)
  * No network send happens inside it; a crash anywhere rolls it back and the
  * events are claimed again by any worker. */
 #include "fanout.h"
@@ -159,6 +159,7 @@ struct crier_fanout {
     bool released;     /* the batch's time budget released events: go again at once */
     bool write_checked; /* the batch's write is SQL_WRITE_CHECKED */
     bool redo;          /* the batch met an existing key: roll back, claim again at once */
+    bool commit_sent;   /* the write went with its COMMIT (fanout_send_write_commit) */
     double checked_until; /* monotonic seconds: write SQL_WRITE_CHECKED until then */
     ev_timer retry;    /* back-off after a database error */
 
@@ -582,6 +583,22 @@ static void fanout_send_as(crier_fanout *f, fanout_state next, const char *name,
 static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, const crier_pg_params *params)
 {
     fanout_send_as(f, next, NULL, sql, params);
+}
+
+/* The batch's write, prepared under name, and when nothing follows it in the
+ * batch (no timing to apply) its COMMIT in the same round trip (libpq's
+ * pipeline mode, crier_pg_query_prepared_commit): at 500 events/s each batch
+ * is one or two events, and a round trip is then a good part of the time
+ * between an event's commit and its send. */
+static void fanout_send_write_as(crier_fanout *f, const char *name, const char *sql)
+{
+    f->commit_sent = f->batch_timed == 0;
+    if (!f->commit_sent) {
+        fanout_send_as(f, FANOUT_WRITE, name, sql, &f->params);
+        return;
+    }
+    f->state = FANOUT_WRITE;
+    fanout_sent(f, crier_pg_query_prepared_commit(f->pg, name, sql, &f->params, fanout_result, f));
 }
 
 static fanout_event *fanout_event_add(crier_fanout *f)
@@ -1111,7 +1128,7 @@ static void fanout_send_write(crier_fanout *f)
         crier_pg_params_array(&f->params, &c[WRITE_DONE_ID]);
         crier_pg_params_text(&f->params, crier_rules_version(f->rules));
         crier_pg_params_text(&f->params, f->copied_text);
-        fanout_send_as(f, FANOUT_WRITE, "crier_fanout_write_done", SQL_WRITE_DONE, &f->params);
+        fanout_send_write_as(f, "crier_fanout_write_done", SQL_WRITE_DONE);
         return;
     }
     for (int i = 0; i < N_WRITE_PARAMS; i++) {
@@ -1127,12 +1144,11 @@ static void fanout_send_write(crier_fanout *f)
             crier_pg_params_array(&f->params, &c[i]);
     }
     if (fanout_write_is_lean(f))
-        fanout_send_as(f, FANOUT_WRITE,
-                       f->write_checked ? "crier_fanout_write_checked_lean" : "crier_fanout_write_new_lean",
-                       f->write_checked ? SQL_WRITE_CHECKED_LEAN : SQL_WRITE_NEW_LEAN, &f->params);
+        fanout_send_write_as(f, f->write_checked ? "crier_fanout_write_checked_lean" : "crier_fanout_write_new_lean",
+                             f->write_checked ? SQL_WRITE_CHECKED_LEAN : SQL_WRITE_NEW_LEAN);
     else
-        fanout_send_as(f, FANOUT_WRITE, f->write_checked ? "crier_fanout_write_checked" : "crier_fanout_write_new",
-                       f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW, &f->params);
+        fanout_send_write_as(f, f->write_checked ? "crier_fanout_write_checked" : "crier_fanout_write_new",
+                             f->write_checked ? SQL_WRITE_CHECKED : SQL_WRITE_NEW);
 }
 
 /* crier_rules_batch_recipients' callback: one (tenant, recipient) pair of SQL_SETTINGS. */
@@ -1217,6 +1233,10 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
     if (f->batch_timed > 0) {
         /* deliveries with a timing: decided before the batch commits */
         fanout_send(f, FANOUT_TIMING, SQL_TIMING, NULL);
+        return;
+    }
+    if (f->commit_sent) { /* sent with the write: its result comes next */
+        f->state = FANOUT_COMMIT;
         return;
     }
     fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);

@@ -42,6 +42,12 @@ struct crier_pg {
     crier_pg_notify_fn notify;
     void *notify_ud;
     bool keep_result; /* the callback running took its result (crier_pg_keep_result) */
+    /* A statement and its COMMIT in one pipeline (crier_pg_query_prepared_commit):
+     * the results of its queries by position ([prepare,] statement, COMMIT),
+     * the position being read, and the slot of a PREPARE sent with it (-1: none). */
+    bool pipeline;
+    PGresult *pipe_res[3];
+    int pipe_n, pipe_at, pipe_prepare_slot;
 };
 
 static void pg_watch(crier_pg *pg, int events)
@@ -69,6 +75,17 @@ static void pg_dispatch_notifies(crier_pg *pg)
     }
 }
 
+/* Forgets a pipeline's state and results (a failed connection is replaced
+ * whole on reconnect, its pipeline mode with it). */
+static void pg_pipeline_clear(crier_pg *pg)
+{
+    for (int i = 0; i < 3; i++) {
+        PQclear(pg->pipe_res[i]);
+        pg->pipe_res[i] = NULL;
+    }
+    pg->pipeline = false;
+}
+
 /* Marks the connection broken and fails the query in flight. */
 static void pg_fail(crier_pg *pg, const char *what)
 {
@@ -81,6 +98,7 @@ static void pg_fail(crier_pg *pg, const char *what)
     pg->broken = true;
     pg->preparing = false;
     pg->copy_pending = pg->copying = false;
+    pg_pipeline_clear(pg);
     pg_watch(pg, 0);
     PQclear(pg->last);
     pg->last = NULL;
@@ -176,6 +194,89 @@ static int pg_copy_push(crier_pg *pg)
     return 0;
 }
 
+/* Runs the callback of a completed query with res (cleared after it unless
+ * the callback keeps it). */
+static void pg_callback(crier_pg *pg, crier_pg_result_fn cb, void *ud, PGresult *res, const char *err)
+{
+    pg->keep_result = false;
+    if (cb)
+        cb(ud, res, err);
+    if (!pg->keep_result)
+        PQclear(res);
+    pg->keep_result = false;
+}
+
+/* Reads one result of a pipeline (crier_pg_query_prepared_commit). At its
+ * end (the sync), leaves pipeline mode and runs the callback: with the first
+ * error (a failed PREPARE or statement; the COMMIT then did not run), else
+ * with the statement's result and then, the connection idle again, with the
+ * COMMIT's. Returns true when the caller must stop reading (the pipeline
+ * ended, or the connection failed). */
+static bool pg_pipeline_read(crier_pg *pg)
+{
+    PGresult *res = PQgetResult(pg->conn);
+    if (!res) { /* the end of one query's results */
+        pg->pipe_at++;
+        return false;
+    }
+    if (PQresultStatus(res) != PGRES_PIPELINE_SYNC) {
+        int at = pg->pipe_at < pg->pipe_n ? pg->pipe_at : pg->pipe_n - 1;
+        if (pg->pipe_res[at] && PQresultStatus(pg->pipe_res[at]) == PGRES_FATAL_ERROR) {
+            PQclear(res);
+        } else {
+            PQclear(pg->pipe_res[at]);
+            pg->pipe_res[at] = res;
+        }
+        return false;
+    }
+    PQclear(res);
+    if (!PQexitPipelineMode(pg->conn)) {
+        pg_fail(pg, "cannot leave pipeline mode");
+        return true;
+    }
+    PGresult *r[3] = {pg->pipe_res[0], pg->pipe_res[1], pg->pipe_res[2]};
+    int n = pg->pipe_n, first = n - 2; /* the statement's position */
+    pg->pipe_res[0] = pg->pipe_res[1] = pg->pipe_res[2] = NULL;
+    pg->pipeline = false;
+    if (pg->pipe_prepare_slot >= 0 && r[0] && PQresultStatus(r[0]) == PGRES_COMMAND_OK)
+        pg->n_prepared = pg->pipe_prepare_slot + 1;
+    /* the first error wins; a PREPARE that worked is not reported */
+    int report = first;
+    for (int i = 0; i < n; i++)
+        if (!r[i] || (PQresultStatus(r[i]) != PGRES_COMMAND_OK && PQresultStatus(r[i]) != PGRES_TUPLES_OK)) {
+            report = i < first ? i : (i == n - 1 ? first : i);
+            break;
+        }
+    if (report == first && r[first] && PQresultStatus(r[first]) == PGRES_FATAL_ERROR) {
+        const char *state = PQresultErrorField(r[first], PG_DIAG_SQLSTATE);
+        if (state && strcmp(state, "26000") == 0)
+            pg->n_prepared = 0; /* as in pg_io_cb */
+    }
+    crier_pg_result_fn cb = pg->cb;
+    void *ud = pg->cb_ud;
+    bool statement_ok = report == first && r[first] &&
+                        (PQresultStatus(r[first]) == PGRES_COMMAND_OK || PQresultStatus(r[first]) == PGRES_TUPLES_OK);
+    for (int i = 0; i < n; i++)
+        if (i != report && !(statement_ok && i == n - 1))
+            PQclear(r[i]);
+    if (!statement_ok) {
+        pg->busy = false;
+        pg->cb = NULL;
+        pg_callback(pg, cb, ud, r[report], r[report] ? NULL : "query returned no result");
+    } else {
+        /* the statement's result while the connection still counts as busy
+         * (no query may be sent before the COMMIT's result is handed over) */
+        pg_callback(pg, cb, ud, r[first], NULL);
+        pg->busy = false;
+        pg->cb = NULL;
+        pg_callback(pg, cb, ud, r[n - 1], r[n - 1] ? NULL : "COMMIT returned no result");
+    }
+    pg_dispatch_notifies(pg);
+    if (PQstatus(pg->conn) == CONNECTION_BAD)
+        pg_fail(pg, "connection lost");
+    return true;
+}
+
 static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     crier_pg *pg = w->data;
@@ -205,7 +306,11 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
     pg_dispatch_notifies(pg);
     if (pg->copying)
         return; /* rows still to send: the result comes after them */
-    while (pg->busy && !PQisBusy(pg->conn)) {
+    while (pg->busy && pg->pipeline && !PQisBusy(pg->conn)) {
+        if (pg_pipeline_read(pg))
+            return;
+    }
+    while (pg->busy && !pg->pipeline && !PQisBusy(pg->conn)) {
         PGresult *res = PQgetResult(pg->conn);
         if (res && PQresultStatus(res) == PGRES_COPY_IN) {
             /* the server asks for the COPY's rows */
@@ -246,12 +351,7 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         pg->busy = false;
         pg->copy_pending = false; /* (a COPY refused before its rows were asked for) */
         pg->cb = NULL;
-        pg->keep_result = false;
-        if (cb)
-            cb(ud, last, last ? NULL : "query returned no result");
-        if (!pg->keep_result)
-            PQclear(last);
-        pg->keep_result = false;
+        pg_callback(pg, cb, ud, last, last ? NULL : "query returned no result");
         pg_dispatch_notifies(pg);
         if (PQstatus(pg->conn) == CONNECTION_BAD) {
             pg_fail(pg, "connection lost");
@@ -482,6 +582,47 @@ int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, con
     return pg_sent(pg, cb, ud);
 }
 
+int crier_pg_query_prepared_commit(crier_pg *pg, const char *name, const char *sql,
+                                   const crier_pg_params *params, crier_pg_result_fn cb, void *ud)
+{
+    int slot;
+    if (!pg_may_send(pg))
+        return -1;
+    for (slot = 0; slot < pg->n_prepared; slot++)
+        if (strcmp(pg->prepared[slot], name) == 0)
+            break;
+    bool keep = slot < PG_MAX_PREPARED && strlen(name) < PG_NAME_LEN;
+    if (!PQenterPipelineMode(pg->conn))
+        return pg_send_failed(pg);
+    int n = 0, ok = 1;
+    pg->pipe_prepare_slot = -1;
+    if (keep && slot >= pg->n_prepared) { /* PREPARE first, in the same round trip */
+        ok = PQsendPrepare(pg->conn, name, sql, params ? params->n : 0, NULL);
+        snprintf(pg->prepared[slot], PG_NAME_LEN, "%s", name);
+        pg->pipe_prepare_slot = slot;
+        n++;
+    }
+    if (ok)
+        ok = keep ? pg_send_prepared(pg, name, params) == 0
+                  : PQsendQueryParams(pg->conn, sql, params ? params->n : 0, NULL, params ? params->values : NULL,
+                                      params ? params->lengths : NULL, params ? params->formats : NULL, 0);
+    n++;
+    if (ok)
+        ok = PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0);
+    n++;
+    if (ok)
+        ok = PQpipelineSync(pg->conn);
+    if (!ok) {
+        int r = pg_send_failed(pg);
+        pg->broken = true; /* queries may be queued in the pipeline: start over on a new connection */
+        return r;
+    }
+    pg->pipeline = true;
+    pg->pipe_n = n;
+    pg->pipe_at = 0;
+    return pg_sent(pg, cb, ud);
+}
+
 /* Bookkeeping after a query was sent: its callback, the flush, the watcher. */
 static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud)
 {
@@ -495,6 +636,7 @@ static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud)
         pg->broken = true;
         pg->preparing = false;
         pg->copy_pending = false;
+        pg_pipeline_clear(pg);
         crier_error("pg", "%s connection: cannot send query: %s", pg->name, PQerrorMessage(pg->conn));
         return -1;
     }

@@ -55,6 +55,16 @@ int crier_pg_query_script(crier_pg *pg, const char *sql, crier_pg_result_fn cb, 
 int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, const crier_pg_params *params,
                             crier_pg_result_fn cb, void *ud);
 
+/* crier_pg_query_prepared followed by COMMIT in the same round trip (libpq's
+ * pipeline mode; a PREPARE, when needed, goes in it too): for the last
+ * statement of a transaction. The callback runs with the statement's result;
+ * if that is an error, only then (the COMMIT did not run: the transaction is
+ * aborted, ROLLBACK it). Otherwise it runs a second time with the COMMIT's
+ * result (or NULL and err). During the first call no query may be sent (it
+ * would be refused); from the second the connection is idle. */
+int crier_pg_query_prepared_commit(crier_pg *pg, const char *name, const char *sql,
+                                   const crier_pg_params *params, crier_pg_result_fn cb, void *ud);
+
 /* Sends sql, a COPY … FROM STDIN, then the len bytes at data (rows in COPY's
  * format, pg_copy.h) and the end of the copy, without blocking the loop. data
  * must stay valid until the callback runs; the callback gets the COPY's
