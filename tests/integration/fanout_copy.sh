@@ -9,7 +9,9 @@
 # runs again checked (no duplicate, nothing lost); a recipient with a stored
 # preference sends the batch through the write statement, which suppresses
 # that delivery; the notifications-created counter counts COPY's rows; a
-# batch with a delivery on the feed channel goes through the write statement.
+# batch with a delivery on the feed channel goes through the write statement;
+# a batch that meets an existing key on the write statement's path (its
+# COMMIT pipelined with the write) runs again checked too.
 . "$(dirname "$0")/../support/lib.sh"
 
 RULES="$WORK/rules"
@@ -148,4 +150,19 @@ grep -q "151 notifications new (0 by COPY)" "$WORK/serve.log" ||
 assert_eq "1951|3900|1" "$(sql "SELECT (SELECT count(*) FROM crier.notifications) || '|' || (SELECT count(*) FROM crier.deliveries)
                                 || '|' || (SELECT count(*) FROM crier.feed_items)")" \
     "rows after the batch with a feed item"
+
+# A key that exists, on the write statement's path (--copy-min 100000000):
+# there the COMMIT goes in the write's round trip (pipeline mode), so the
+# refused write must leave the COMMIT unrun, and the batch is rolled back and
+# runs again checked.
+emit_memos 651 660
+sql "SELECT crier.emit('acme', 'memo', 'm_7', '{\"n\": 7, \"text\": \"again\"}', 'a-third-key')" >/dev/null
+: >"$WORK/serve.log"
+fan_out 100000000
+grep -q "exists already" "$WORK/serve.log" || fail "the write did not meet the existing key: $(cat "$WORK/serve.log")"
+grep -q "30 notifications new (0 by COPY), 3 duplicates skipped" "$WORK/serve.log" ||
+    fail "the checked redo on the statement path: $(grep stopped "$WORK/serve.log")"
+assert_eq "0" "$(sql "SELECT count(*) FROM crier.events WHERE state <> 'done'")" "events left after the checked redo"
+assert_eq "1981|3960" "$(sql "SELECT (SELECT count(*) FROM crier.notifications) || '|' || (SELECT count(*) FROM crier.deliveries)")" \
+    "rows after the checked redo on the statement path"
 echo "ok"
