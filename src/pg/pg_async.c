@@ -522,13 +522,30 @@ static int pg_send_failed(crier_pg *pg)
 
 static int pg_sent(crier_pg *pg, crier_pg_result_fn cb, void *ud);
 
+/* The position of the statement prepared as name on this connection, or
+ * n_prepared when it is not (yet). */
+static int pg_prepared_slot(const crier_pg *pg, const char *name)
+{
+    int slot;
+    for (slot = 0; slot < pg->n_prepared; slot++)
+        if (strcmp(pg->prepared[slot], name) == 0)
+            break;
+    return slot;
+}
+
+/* Queues sql with params as a one-shot query (extended protocol). Returns 1 or 0 (not queued). */
+static int pg_send_params(crier_pg *pg, const char *sql, const crier_pg_params *params)
+{
+    return PQsendQueryParams(pg->conn, sql, params ? params->n : 0, NULL, params ? params->values : NULL,
+                             params ? params->lengths : NULL, params ? params->formats : NULL, 0);
+}
+
 int crier_pg_query(crier_pg *pg, const char *sql, const crier_pg_params *params, crier_pg_result_fn cb,
                    void *ud)
 {
     if (!pg_may_send(pg))
         return -1;
-    if (!PQsendQueryParams(pg->conn, sql, params ? params->n : 0, NULL, params ? params->values : NULL,
-                           params ? params->lengths : NULL, params ? params->formats : NULL, 0))
+    if (!pg_send_params(pg, sql, params))
         return pg_send_failed(pg);
     return pg_sent(pg, cb, ud);
 }
@@ -559,12 +576,9 @@ int crier_pg_copy_in(crier_pg *pg, const char *sql, const char *data, size_t len
 int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, const crier_pg_params *params,
                             crier_pg_result_fn cb, void *ud)
 {
-    int slot;
     if (!pg_may_send(pg))
         return -1;
-    for (slot = 0; slot < pg->n_prepared; slot++)
-        if (strcmp(pg->prepared[slot], name) == 0)
-            break;
+    int slot = pg_prepared_slot(pg, name);
     if (slot < pg->n_prepared) {
         if (pg_send_prepared(pg, name, params) < 0)
             return pg_send_failed(pg);
@@ -585,12 +599,9 @@ int crier_pg_query_prepared(crier_pg *pg, const char *name, const char *sql, con
 int crier_pg_query_prepared_commit(crier_pg *pg, const char *name, const char *sql,
                                    const crier_pg_params *params, crier_pg_result_fn cb, void *ud)
 {
-    int slot;
     if (!pg_may_send(pg))
         return -1;
-    for (slot = 0; slot < pg->n_prepared; slot++)
-        if (strcmp(pg->prepared[slot], name) == 0)
-            break;
+    int slot = pg_prepared_slot(pg, name);
     bool keep = slot < PG_MAX_PREPARED && strlen(name) < PG_NAME_LEN;
     if (!PQenterPipelineMode(pg->conn))
         return pg_send_failed(pg);
@@ -603,9 +614,7 @@ int crier_pg_query_prepared_commit(crier_pg *pg, const char *name, const char *s
         n++;
     }
     if (ok)
-        ok = keep ? pg_send_prepared(pg, name, params) == 0
-                  : PQsendQueryParams(pg->conn, sql, params ? params->n : 0, NULL, params ? params->values : NULL,
-                                      params ? params->lengths : NULL, params ? params->formats : NULL, 0);
+        ok = keep ? pg_send_prepared(pg, name, params) == 0 : pg_send_params(pg, sql, params);
     n++;
     if (ok)
         ok = PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0);
