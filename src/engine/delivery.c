@@ -521,8 +521,11 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
 /* Starts the sends of the leased rows of res (columns as SQL_CLAIM's; a row
  * with a NULL id is none): a claim's, the combined statement's, or a fan-out
  * batch's handed over (crier_delivery_take). After crier_delivery_release the
- * rows are written back as released at once instead. Returns how many. */
-static int delivery_start_rows(crier_delivery *d, PGresult *res)
+ * rows are written back as released at once instead, and so are handed rows
+ * beyond max_inflight (capped: a reservation that raced a claim; the senders
+ * refuse sends past that limit, and a refused send is a dead delivery).
+ * Returns how many. */
+static int delivery_start_rows(crier_delivery *d, PGresult *res, bool capped)
 {
     int rows = PQntuples(res), n = 0;
 
@@ -542,8 +545,10 @@ static int delivery_start_rows(crier_delivery *d, PGresult *res)
         if (PQgetisnull(res, i, 10) || crier_retry_parse(PQgetvalue(res, i, 10), &f->schedule) < 0)
             f->schedule = crier_retry_default;
         d->inflight++;
-        if (d->released_all) {
-            delivery_add_result(d, f, "released", "none", 0, "released at shutdown before the send started",
+        if (d->released_all || (capped && d->inflight > d->opts.max_inflight)) {
+            delivery_add_result(d, f, "released", "none", 0,
+                                d->released_all ? "released at shutdown before the send started"
+                                                : "released before the send: no room for it (sent again at once)",
                                 NULL, 0, 0);
             flight_free(d, f);
             d->inflight--;
@@ -583,7 +588,7 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
     if (d->last_full) /* a full claim: more may be due */
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
-    delivery_start_rows(d, res);
+    delivery_start_rows(d, res, false);
 }
 
 /* The write's summary: its columns start at base (0 for SQL_COMPLETE,
@@ -925,13 +930,16 @@ bool crier_delivery_reserve(crier_delivery *d, int n)
 int crier_delivery_take(crier_delivery *d, PGresult *res, int reserved)
 {
     int n = 0;
-    atomic_fetch_sub(&d->reserved, reserved);
     if (res) {
-        n = delivery_start_rows(d, res);
+        n = delivery_start_rows(d, res, true);
         d->stats.claimed += (uint64_t)n;
         d->stats.handed += (uint64_t)n;
         PQclear(res);
     }
+    /* the sends are counted as busy before their reservation is given back:
+     * a reservation checked in between sees one or the other, never neither */
+    delivery_publish(d);
+    atomic_fetch_sub(&d->reserved, reserved);
     delivery_pump(d);
     return n;
 }

@@ -815,10 +815,11 @@ out:
     for (int i = 0; i < CRIER_ENGINE_MAX_FANOUTS - 1; i++)
         crier_fanout_thread_join(e.fast[i], NULL);
     crier_fanout_thread_join(e.slow, NULL);
+    /* before the delivery side: a batch cut short gives its handoff back */
+    crier_fanout_free(e.fanout);
     crier_delivery_thread_join(e.delivery, NULL);
     crier_wake_free(e.wake);
     crier_retention_free(e.retention);
-    crier_fanout_free(e.fanout);
     crier_timers_free(e.timers);
     crier_rules_free(rules);
     crier_pg_free(e.pg_listen);

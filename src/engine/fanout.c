@@ -159,7 +159,7 @@ struct crier_fanout {
     bool released;     /* the batch's time budget released events: go again at once */
     bool write_checked; /* the batch's write is SQL_WRITE_CHECKED */
     bool redo;          /* the batch met an existing key: roll back, claim again at once */
-    bool commit_sent;   /* the write went with its COMMIT (fanout_send_write_commit) */
+    bool commit_sent;   /* the write went with its COMMIT (fanout_send_write_as) */
     double checked_until; /* monotonic seconds: write SQL_WRITE_CHECKED until then */
     ev_timer retry;    /* back-off after a database error */
 

@@ -10,7 +10,9 @@
 #  - crier serve --no-deliver hands nothing over: the delivery stays pending,
 #    unleased, for another process;
 #  - a handed delivery whose process is killed during the send is sent again
-#    by another process once its lease has run out, under the same webhook-id.
+#    by another process once its lease has run out, under the same webhook-id;
+#  - --max-inflight bounds handed sends as it bounds claimed ones: none is
+#    refused by a full sender (which would kill the delivery).
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 
@@ -70,4 +72,24 @@ assert_eq "2 1" "$(receiver_ids | wc -l) $(receiver_ids | sort -u | wc -l)" \
     "requests and distinct webhook-ids at the receiver"
 grep -q "0 deliveries handed to the delivery side by their batch, 1 claimed" "$WORK/survivor.log" ||
     fail "the survivor claimed the expired lease: $(grep stopped "$WORK/survivor.log")"
+
+# --max-inflight bounds handed sends too: pings emitted one by one to a slow
+# receiver, at most 4 sends at once; a send over the limit would be refused by
+# the sender and the delivery would die. All are delivered, none dies.
+sql "UPDATE crier.deliveries SET state = 'delivered' WHERE state = 'pending'" >/dev/null
+start_receiver bounded --delay-ms 1000
+ping_serve bounded "$RECEIVER_URL" --max-inflight 4
+for i in $(seq 1 30); do ping "m$i"; sleep 0.02; done
+wait_for "SELECT count(*) = 30 FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+          WHERE n.entity_id LIKE 'm%' AND d.state IN ('delivered', 'dead')" 60 "the 30 pings are sent"
+stop_serve
+assert_eq "30|0" "$(sql "SELECT count(*) FILTER (WHERE d.state = 'delivered'), count(*) FILTER (WHERE d.state = 'dead')
+                        FROM crier.deliveries d JOIN crier.notifications n ON n.id = d.notification_id
+                        WHERE n.entity_id LIKE 'm%'")" "delivered and dead of 30 pings at --max-inflight 4"
+grep -q "refused before sending" "$WORK/bounded.log" && fail "a send was refused: $(grep -m3 refused "$WORK/bounded.log")"
+grep -q "deliveries handed to the delivery side by their batch" "$WORK/bounded.log" || fail "no final log line"
+counts=$(grep -o '[0-9]* deliveries handed to the delivery side by their batch, [0-9]* claimed' "$WORK/bounded.log")
+note "at --max-inflight 4: $counts"
+[ "$(echo "$counts" | grep -o '[0-9]* claimed' | grep -o '[0-9]*')" -gt 0 ] ||
+    fail "with 4 sends in flight no ping waited for room (handed over past the limit?): $counts"
 echo "ok"
