@@ -521,11 +521,12 @@ static const char *delivery_dispatch(crier_delivery *d, PGresult *res, int i, in
 /* Starts the sends of the leased rows of res (columns as SQL_CLAIM's; a row
  * with a NULL id is none): a claim's, the combined statement's, or a fan-out
  * batch's handed over (crier_delivery_take). After crier_delivery_release the
- * rows are written back as released at once instead, and so are handed rows
- * beyond max_inflight (capped: a reservation that raced a claim; the senders
- * refuse sends past that limit, and a refused send is a dead delivery).
- * Returns how many. */
-static int delivery_start_rows(crier_delivery *d, PGresult *res, bool capped)
+ * rows are written back as released at once instead, and so are rows beyond
+ * max_inflight: a fan-out's reservation that raced a claim (each checked the
+ * room before the other's was counted) can bring more rows than room, and
+ * the senders refuse sends past that limit — a refused send is a dead
+ * delivery, a released one is due again at once. Returns how many. */
+static int delivery_start_rows(crier_delivery *d, PGresult *res)
 {
     int rows = PQntuples(res), n = 0;
 
@@ -545,7 +546,7 @@ static int delivery_start_rows(crier_delivery *d, PGresult *res, bool capped)
         if (PQgetisnull(res, i, 10) || crier_retry_parse(PQgetvalue(res, i, 10), &f->schedule) < 0)
             f->schedule = crier_retry_default;
         d->inflight++;
-        if (d->released_all || (capped && d->inflight > d->opts.max_inflight)) {
+        if (d->released_all || d->inflight > d->opts.max_inflight) {
             delivery_add_result(d, f, "released", "none", 0,
                                 d->released_all ? "released at shutdown before the send started"
                                                 : "released before the send: no room for it (sent again at once)",
@@ -588,7 +589,7 @@ static void delivery_on_claim(crier_delivery *d, PGresult *res, int limit)
     if (d->last_full) /* a full claim: more may be due */
         d->want_claim = true;
     d->stats.claimed += (uint64_t)n;
-    delivery_start_rows(d, res, false);
+    delivery_start_rows(d, res);
 }
 
 /* The write's summary: its columns start at base (0 for SQL_COMPLETE,
@@ -931,7 +932,7 @@ int crier_delivery_take(crier_delivery *d, PGresult *res, int reserved)
 {
     int n = 0;
     if (res) {
-        n = delivery_start_rows(d, res, true);
+        n = delivery_start_rows(d, res);
         d->stats.claimed += (uint64_t)n;
         d->stats.handed += (uint64_t)n;
         PQclear(res);
