@@ -306,6 +306,11 @@ static int curl_ev_close_socket_cb(void *clientp, curl_socket_t fd)
     return close(fd);
 }
 
+CURLMcode crier_curl_ev_limit_connections(crier_curl_ev *c, long n)
+{
+    return curl_multi_setopt(c->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, n);
+}
+
 crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const char *module,
                                  crier_curl_ev_done_fn done, crier_curl_ev_destroy_fn destroy, void *ud)
 {

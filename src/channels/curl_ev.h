@@ -32,6 +32,11 @@ typedef void (*crier_curl_ev_destroy_fn)(void *ud);
 crier_curl_ev *crier_curl_ev_new(struct ev_loop *loop, long max_connects, const char *module,
                                  crier_curl_ev_done_fn done, crier_curl_ev_destroy_fn destroy, void *ud);
 
+/* At most n connections open at once (CURLMOPT_MAX_TOTAL_CONNECTIONS):
+ * transfers past that wait in libcurl's queue for one to free (their total
+ * timeout runs meanwhile). Returns CURLM_OK or libcurl's error. */
+CURLMcode crier_curl_ev_limit_connections(crier_curl_ev *c, long n);
+
 /* The certificates easy's TLS connections are verified against: ca_file (PEM
  * CA certificates) when not NULL, else libcurl's default bundle; never a CA
  * directory. libcurl keeps a multi handle's parsed CA store for its later

@@ -45,6 +45,7 @@
 #define EMAIL_DEFAULT_CONNECT_TIMEOUT_MS 10000L
 #define EMAIL_DEFAULT_TOTAL_TIMEOUT_MS 60000L
 #define EMAIL_DEFAULT_MAX_INFLIGHT 64
+#define EMAIL_DEFAULT_MAX_QUEUED 512 /* as the delivery worker's default (delivery.c) */
 #define EMAIL_DEFAULT_DOMAIN "crier.invalid"
 
 #define EMAIL_MAX_ID_LEN 200
@@ -685,6 +686,10 @@ crier_email_sender *crier_email_sender_new(struct ev_loop *loop, const crier_ema
         s->opts.total_timeout_ms = EMAIL_DEFAULT_TOTAL_TIMEOUT_MS;
     if (s->opts.max_inflight <= 0)
         s->opts.max_inflight = EMAIL_DEFAULT_MAX_INFLIGHT;
+    if (s->opts.max_queued <= 0)
+        s->opts.max_queued = EMAIL_DEFAULT_MAX_QUEUED;
+    if (s->opts.max_queued < s->opts.max_inflight)
+        s->opts.max_queued = s->opts.max_inflight;
     s->domain =
         strdup(s->opts.message_id_domain && *s->opts.message_id_domain ? s->opts.message_id_domain
                                                                        : EMAIL_DEFAULT_DOMAIN);
@@ -701,6 +706,9 @@ crier_email_sender *crier_email_sender_new(struct ev_loop *loop, const crier_ema
                                 email_sender_destroy, s);
     if (!s->curl)
         goto fail;
+    if (crier_curl_ev_limit_connections(s->curl, (long)s->opts.max_inflight) != CURLM_OK)
+        crier_warn("email", "libcurl cannot limit the SMTP connections to %d: messages past it open "
+                            "connections of their own", s->opts.max_inflight);
     return s;
 fail:
     crier_warn("email", "could not create the email sender");
@@ -717,7 +725,7 @@ int crier_email_send(crier_email_sender *s, const crier_email_request *req)
 
     if (!s || crier_curl_ev_closing(s->curl) || !req)
         return -1;
-    if (s->inflight >= s->opts.max_inflight)
+    if (s->inflight >= s->opts.max_queued)
         return -1;
     if (!email_url_ok(req->url)) {
         crier_warn("email", "refused delivery %" PRId64 ": url is not smtp:// or smtps://",

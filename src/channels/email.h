@@ -21,7 +21,11 @@ typedef struct crier_email_sender crier_email_sender;
 typedef struct {
     long connect_timeout_ms;       /* default 10000 */
     long total_timeout_ms;         /* whole SMTP transaction; default 60000 */
-    int max_inflight;              /* concurrent transactions; default 64 */
+    int max_inflight;              /* concurrent transactions (connections); default 64 */
+    int max_queued;                /* messages accepted at once, those past max_inflight
+                                    * waiting for a connection; default 512 (the delivery
+                                    * worker's --max-inflight: a refused send is a dead
+                                    * delivery), never below max_inflight */
     const char *message_id_domain; /* right side of Message-ID; default "crier.invalid" */
     int require_tls;               /* 1: smtp:// must upgrade with STARTTLS (CURLUSESSL_ALL);
                                     * 0: STARTTLS when offered (CURLUSESSL_TRY) */

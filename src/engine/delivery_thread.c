@@ -199,7 +199,13 @@ crier_delivery_thread *crier_delivery_thread_start(const crier_engine_config *cf
         goto fail;
     }
     if (cfg->delivery.email_url) {
-        t->email = crier_email_sender_new(t->loop, &cfg->email, crier_delivery_on_email_done, t->delivery);
+        /* the sender takes as many messages as the worker may send at once
+         * (those past its connections wait for one): a send it refused would
+         * be a dead delivery */
+        crier_email_options email = cfg->email;
+        if (email.max_queued <= 0)
+            email.max_queued = cfg->delivery.max_inflight;
+        t->email = crier_email_sender_new(t->loop, &email, crier_delivery_on_email_done, t->delivery);
         if (!t->email) {
             snprintf(err, err_len, "cannot create the email sender (see the log above)");
             goto fail;

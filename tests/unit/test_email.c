@@ -1086,7 +1086,8 @@ static void test_timeout_and_limits(void)
     snprintf(url, sizeof url, "smtp://127.0.0.1:%d", port);
     memset(&o, 0, sizeof o);
     o.total_timeout_ms = 500;
-    o.max_inflight = 2;
+    o.max_inflight = 2; /* connections */
+    o.max_queued = 2;   /* messages accepted at once */
     new_sender(&o);
     CHECK(send_msg(0, url, &m, NULL, NULL) == 0);
     run_loop(1, 10.0);
