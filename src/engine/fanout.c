@@ -159,7 +159,6 @@ struct crier_fanout {
     bool released;     /* the batch's time budget released events: go again at once */
     bool write_checked; /* the batch's write is SQL_WRITE_CHECKED */
     bool redo;          /* the batch met an existing key: roll back, claim again at once */
-    bool commit_sent;   /* the write went with its COMMIT (fanout_send_write_as) */
     double checked_until; /* monotonic seconds: write SQL_WRITE_CHECKED until then */
     ev_timer retry;    /* back-off after a database error */
 
@@ -592,8 +591,7 @@ static void fanout_send(crier_fanout *f, fanout_state next, const char *sql, con
  * between an event's commit and its send. */
 static void fanout_send_write_as(crier_fanout *f, const char *name, const char *sql)
 {
-    f->commit_sent = f->batch_timed == 0;
-    if (!f->commit_sent) {
+    if (f->batch_timed > 0) {
         fanout_send_as(f, FANOUT_WRITE, name, sql, &f->params);
         return;
     }
@@ -1235,11 +1233,7 @@ static void fanout_on_write(crier_fanout *f, PGresult *res)
         fanout_send(f, FANOUT_TIMING, SQL_TIMING, NULL);
         return;
     }
-    if (f->commit_sent) { /* sent with the write: its result comes next */
-        f->state = FANOUT_COMMIT;
-        return;
-    }
-    fanout_send(f, FANOUT_COMMIT, "COMMIT", NULL);
+    f->state = FANOUT_COMMIT; /* sent with the write (fanout_send_write_as): its result comes next */
 }
 
 /* True when res is the unique index on notification keys refusing a key. */

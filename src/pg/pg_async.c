@@ -75,6 +75,24 @@ static void pg_dispatch_notifies(crier_pg *pg)
     }
 }
 
+/* A query's result that is not an error. */
+static bool pg_result_ok(const PGresult *res)
+{
+    return res && (PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK);
+}
+
+/* After an error result: the session lost its prepared statements (DISCARD
+ * ALL, a pooler's new session) when the server says so; they are prepared
+ * again on next use. */
+static void pg_note_error(crier_pg *pg, const PGresult *res)
+{
+    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (state && strcmp(state, "26000") == 0)
+            pg->n_prepared = 0;
+    }
+}
+
 /* Forgets a pipeline's state and results (a failed connection is replaced
  * whole on reconnect, its pipeline mode with it). */
 static void pg_pipeline_clear(crier_pg *pg)
@@ -235,34 +253,26 @@ static bool pg_pipeline_read(crier_pg *pg)
         return true;
     }
     PGresult *r[3] = {pg->pipe_res[0], pg->pipe_res[1], pg->pipe_res[2]};
-    int n = pg->pipe_n, first = n - 2; /* the statement's position */
+    int n = pg->pipe_n, first = n - 2; /* the statement's position, the COMMIT's is n - 1 */
     pg->pipe_res[0] = pg->pipe_res[1] = pg->pipe_res[2] = NULL;
     pg->pipeline = false;
-    if (pg->pipe_prepare_slot >= 0 && r[0] && PQresultStatus(r[0]) == PGRES_COMMAND_OK)
+    if (pg->pipe_prepare_slot >= 0 && pg_result_ok(r[0]))
         pg->n_prepared = pg->pipe_prepare_slot + 1;
-    /* the first error wins; a PREPARE that worked is not reported */
-    int report = first;
-    for (int i = 0; i < n; i++)
-        if (!r[i] || (PQresultStatus(r[i]) != PGRES_COMMAND_OK && PQresultStatus(r[i]) != PGRES_TUPLES_OK)) {
-            report = i < first ? i : (i == n - 1 ? first : i);
-            break;
-        }
-    if (report == first && r[first] && PQresultStatus(r[first]) == PGRES_FATAL_ERROR) {
-        const char *state = PQresultErrorField(r[first], PG_DIAG_SQLSTATE);
-        if (state && strcmp(state, "26000") == 0)
-            pg->n_prepared = 0; /* as in pg_io_cb */
-    }
+    /* the PREPARE's or the statement's error, if any (the COMMIT then did not run) */
+    int failed = -1;
+    for (int i = 0; i <= first && failed < 0; i++)
+        if (!pg_result_ok(r[i]))
+            failed = i;
+    pg_note_error(pg, r[first]);
     crier_pg_result_fn cb = pg->cb;
     void *ud = pg->cb_ud;
-    bool statement_ok = report == first && r[first] &&
-                        (PQresultStatus(r[first]) == PGRES_COMMAND_OK || PQresultStatus(r[first]) == PGRES_TUPLES_OK);
     for (int i = 0; i < n; i++)
-        if (i != report && !(statement_ok && i == n - 1))
+        if (failed >= 0 ? i != failed : i < first)
             PQclear(r[i]);
-    if (!statement_ok) {
+    if (failed >= 0) {
         pg->busy = false;
         pg->cb = NULL;
-        pg_callback(pg, cb, ud, r[report], r[report] ? NULL : "query returned no result");
+        pg_callback(pg, cb, ud, r[failed], r[failed] ? NULL : "query returned no result");
     } else {
         /* the statement's result while the connection still counts as busy
          * (no query may be sent before the COMMIT's result is handed over) */
@@ -338,12 +348,7 @@ static void pg_io_cb(struct ev_loop *loop, ev_io *w, int revents)
         /* NULL: the query is complete. */
         if (pg->preparing && pg_prepared_then_execute(pg))
             continue; /* the statement now runs; its result comes next */
-        if (pg->last && PQresultStatus(pg->last) == PGRES_FATAL_ERROR) {
-            const char *state = PQresultErrorField(pg->last, PG_DIAG_SQLSTATE);
-            if (state && strcmp(state, "26000") == 0)
-                pg->n_prepared = 0; /* the session lost its prepared statements (DISCARD ALL, a
-                                     * pooler's new session): prepare them again on next use */
-        }
+        pg_note_error(pg, pg->last);
         crier_pg_result_fn cb = pg->cb;
         void *ud = pg->cb_ud;
         PGresult *last = pg->last;
