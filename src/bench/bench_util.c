@@ -169,6 +169,25 @@ double crier_bench_quantile(const double *v, size_t n, double p)
     return n == 0 ? NAN : v[rank > 0 ? rank - 1 : 0];
 }
 
+double crier_bench_histogram_quantile(const double *le, const double *before, const double *after, int n,
+                                      double q)
+{
+    double total = 0, cum = 0, lower = 0;
+    for (int i = 0; i < n; i++)
+        total += after[i] - before[i];
+    if (total <= 0)
+        return NAN;
+    for (int i = 0; i < n; i++) {
+        double k = after[i] - before[i];
+        if (k > 0 && cum + k >= q * total)
+            return isinf(le[i]) ? lower : lower + (le[i] - lower) * (q * total - cum) / k;
+        cum += k;
+        if (!isinf(le[i]))
+            lower = le[i];
+    }
+    return lower;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Child processes */
 

@@ -53,6 +53,14 @@ int crier_bench_cmp_double(const void *a, const void *b);
 void crier_bench_stats(const double *v, int n, double *med, double *lo, double *hi);
 /* The p-quantile (0 < p <= 1, nearest rank) of sorted values v[0..n). */
 double crier_bench_quantile(const double *v, size_t n, double p);
+/* The q-quantile (0 < q <= 1) of the observations a histogram gained between
+ * two readings: le[0..n) are its buckets' upper bounds, ascending (the last
+ * may be INFINITY), before and after the observations per bucket (not
+ * cumulative) at each reading. Linear within the bucket that holds it, from
+ * the bound below (0 for the first), as Prometheus's histogram_quantile; the
+ * highest finite bound when that bucket is +Inf; NAN without observations. */
+double crier_bench_histogram_quantile(const double *le, const double *before, const double *after, int n,
+                                      double q);
 
 /* Writes into argv the start of a `crier serve` command line (this binary)
  * on the bench's database and rules, migrations already applied, loopback
