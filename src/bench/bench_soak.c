@@ -111,14 +111,15 @@ typedef struct {
 
 /* Reads the latency histogram the daemon keeps for GET /metrics
  * (crier_delivery_latency_seconds: commit -> delivered, from each delivery's
- * emitted_at) into s: one row per bound of crier.metric_buckets(), and +Inf. */
+ * emitted_at) into s: one row per bound of crier.metric_buckets(), and +Inf,
+ * each bucket found by its label as the daemon writes it (crier.metric_le). */
 static int soak_read_latency(PGconn *conn, soak_sample *s)
 {
     PGresult *res = PQexec(conn,
                            "SELECT b.le, coalesce(sum(c.value), 0)"
                            " FROM unnest(crier.metric_buckets() || 'Infinity'::float8) WITH ORDINALITY AS b(le, i)"
                            " LEFT JOIN crier.metric_counters c ON c.metric = 'crier_delivery_latency_seconds_bucket'"
-                           "   AND c.value2 = CASE WHEN b.le = 'Infinity' THEN '+Inf' ELSE b.le::text END"
+                           "   AND c.value2 = crier.metric_le(b.le)"
                            " GROUP BY b.le, b.i ORDER BY b.i");
     int ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0 && PQntuples(res) <= SOAK_LAT_MAX;
 

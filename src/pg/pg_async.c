@@ -622,7 +622,7 @@ int crier_pg_query_prepared_commit(crier_pg *pg, const char *name, const char *s
         ok = keep ? pg_send_prepared(pg, name, params) == 0 : pg_send_params(pg, sql, params);
     n++;
     if (ok)
-        ok = PQsendQueryParams(pg->conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0);
+        ok = pg_send_params(pg, "COMMIT", NULL);
     n++;
     if (ok)
         ok = PQpipelineSync(pg->conn);
