@@ -142,6 +142,20 @@ CREATE FUNCTION crier.api_tenant_secret(p_tenant text) RETURNS bytea
     AS $$ … $$; -- the body: sql/functions/api_tenant_secret.sql
 
 --
+-- Name: apply_delivery_results(bigint[], integer[], text[], text[], integer[], text[], double precision[], boolean[], double precision[]); Type: FUNCTION; Schema: crier; Owner: -
+--
+
+CREATE FUNCTION crier.apply_delivery_results(p_id bigint[], p_attempt integer[], p_outcome text[], p_health text[], p_status integer[], p_error text[], p_delay double precision[], p_probe boolean[], p_duration double precision[]) RETURNS TABLE(tenant text, channel text, target text, final text, health text, status integer, error text, duration double precision, emitted_at timestamp with time zone)
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_indexscan TO 'off'
+    SET enable_indexonlyscan TO 'off'
+    SET enable_tidscan TO 'off'
+    SET enable_nestloop TO 'off'
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$ … $$; -- the body: sql/functions/apply_delivery_results.sql
+
+--
 -- Name: apply_timing(); Type: FUNCTION; Schema: crier; Owner: -
 --
 
@@ -858,6 +872,7 @@ CREATE TABLE crier.deliveries (
     digest_id bigint,
     lease_until timestamp with time zone,
     emitted_at timestamp with time zone,
+    CONSTRAINT deliveries_lease_only_pending CHECK (((lease_until IS NULL) OR (state = 'pending'::text))),
     CONSTRAINT deliveries_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sending'::text, 'paused'::text, 'delivered'::text, 'dead'::text, 'suppressed'::text, 'timing'::text, 'held'::text, 'digested'::text])))
 )
 WITH (fillfactor='50');

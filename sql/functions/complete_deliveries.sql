@@ -18,7 +18,8 @@
 -- Every row it touches is found by a key, so no sequential scan: a plan made while
 -- deliveries was empty or tiny (a new database, after a TRUNCATE) read the whole table for
 -- each batch of results, and PL/pgSQL kept that plan for the session while the table grew
--- (5,166 times in one 20-second run of crier bench deliver; seen with auto_explain).
+-- (5,166 times in one 20-second run of crier bench deliver; seen with auto_explain). The
+-- results' update itself is crier.apply_delivery_results, whose plan is pinned down further.
 CREATE OR REPLACE FUNCTION crier.complete_deliveries(
     p_id bigint[], p_attempt integer[], p_outcome text[], p_health text[], p_status integer[],
     p_error text[], p_excerpt text[], p_delay double precision[], p_started double precision[],
@@ -43,23 +44,11 @@ DECLARE
     v_s_channel text[]; v_s_outcome text[]; v_s_ms double precision[]; v_s_emitted timestamptz[];
     r record;
 BEGIN
-    WITH x AS (
-        SELECT a.* FROM unnest(p_id, p_attempt, p_outcome, p_health, p_status, p_error, p_delay, p_probe, p_duration)
-            AS a(id, attempt, outcome, health, status, error, delay, probe, duration)
-    ), upd AS (
-        UPDATE crier.deliveries d SET
-            state = CASE x.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END,
-            budget_start = CASE WHEN x.outcome = 'released' OR (x.probe AND x.outcome = 'retry')
-                                THEN d.budget_start + 1 ELSE d.budget_start END,
-            last_status = CASE WHEN x.outcome = 'released' THEN d.last_status ELSE x.status END,
-            last_error = CASE WHEN x.outcome = 'released' THEN d.last_error ELSE x.error END,
-            due_at = now() + make_interval(secs => CASE WHEN x.outcome = 'retry' THEN x.delay ELSE 0 END),
-            delivered_at = CASE WHEN x.outcome = 'delivered' THEN now() END,
-            dead_at = CASE WHEN x.outcome = 'dead' THEN now() END,
-            lease_until = NULL
-        FROM x WHERE d.id = x.id AND d.attempts = x.attempt AND d.state = 'pending' AND d.lease_until IS NOT NULL
-        RETURNING d.tenant, d.channel, d.target, x.outcome AS final, x.health, x.status, x.error,
-                  x.duration, d.emitted_at
+    WITH upd AS (
+        -- (a function of its own: its plan reads the batch's rows and nothing else, whatever
+        -- the statistics; see there)
+        SELECT * FROM crier.apply_delivery_results(p_id, p_attempt, p_outcome, p_health, p_status, p_error,
+                                                   p_delay, p_probe, p_duration)
     ), sent AS (
         SELECT array_agg(channel) AS c, array_agg(final) AS o, array_agg(duration) AS ms,
                array_agg(emitted_at) AS emitted

@@ -10,7 +10,11 @@
 # test database prints each plan (auto_explain, nested statements included)
 # as a NOTICE, which `crier serve` writes to its log; the daemon starts on
 # empty tables, which then grow by thousands of rows, and no plan of its
-# statements may scan events or deliveries sequentially.
+# statements may scan events or deliveries sequentially, nor read one of their
+# indexes from end to end (an index scan, or a bitmap index scan, with no Index
+# Cond: the delivery
+# results' UPDATE, planned on an empty table, used to hash every entry of
+# deliveries_due — the whole due backlog — for each batch of results).
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
@@ -45,5 +49,22 @@ grep -q "crier fan-out write" "$WORK/serve.log" || fail "no plan of the fan-out 
 grep -q "complete_deliveries\|WITH x AS" "$WORK/serve.log" || fail "no plan of the delivery results in the serve's log"
 if grep -nE "Seq Scan on (events|deliveries)\b" "$WORK/serve.log" >"$WORK/seqscans"; then
     fail "plans that scan events or deliveries sequentially ($(wc -l <"$WORK/seqscans") lines, first: $(head -1 "$WORK/seqscans")); see $WORK/serve.log"
+fi
+# Full index scans: an index scan node of events or deliveries none of whose
+# detail lines (the deeper-indented lines right under it) is an Index Cond.
+awk '
+    function judge() { if (scan != "" && !cond) print scan; scan = "" }
+    {
+        match($0, /^[ \t]*/); ind = RLENGTH
+        if (scan != "" && (ind <= scan_ind || $0 ~ /->/)) judge()
+        if (scan != "" && $0 ~ /Index Cond:/) cond = 1
+        if ($0 ~ /Index (Only )?Scan (Backward )?using [a-z_]+ on (events|deliveries)( |$)/ ||
+            $0 ~ /Bitmap Index Scan on (events|deliveries)_[a-z_]+/) {
+            scan = NR ": " $0; cond = 0; scan_ind = ind
+        }
+    }
+    END { judge() }' "$WORK/serve.log" >"$WORK/fullscans"
+if [ -s "$WORK/fullscans" ]; then
+    fail "plans that read an index of events or deliveries from end to end ($(wc -l <"$WORK/fullscans") lines, first: $(head -1 "$WORK/fullscans")); see $WORK/serve.log"
 fi
 echo "ok"
