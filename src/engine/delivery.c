@@ -187,10 +187,13 @@ static const char SQL_COMPLETE_CLAIM[] =
     " LEFT JOIN LATERAL crier.claim_deliveries(CASE WHEN k.applied IS NULL THEN $15::int ELSE $15::int END,"
     "     $16::int, $14::float8) AS c ON true";
 
+/* The fence as in crier.apply_delivery_results: the attempt under a lease (a
+ * lease is only ever on a pending delivery, sql/030), no test of state, which
+ * would make deliveries_due a way to the rows with no condition at all. */
 static const char SQL_EXTEND[] =
     "UPDATE crier.deliveries AS d SET lease_until = now() + make_interval(secs => $3::int)"
     " FROM unnest($1::bigint[], $2::int[]) AS f(id, attempt)"
-    " WHERE d.id = f.id AND d.attempts = f.attempt AND d.state = 'pending' AND d.lease_until IS NOT NULL";
+    " WHERE d.id = f.id AND d.attempts = f.attempt AND d.lease_until IS NOT NULL";
 
 int crier_retry_parse(const char *text, crier_retry_schedule *s)
 {
