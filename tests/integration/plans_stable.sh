@@ -52,10 +52,16 @@ if grep -nE "Seq Scan on (events|deliveries)\b" "$WORK/serve.log" >"$WORK/seqsca
 fi
 # Full index scans: an index scan node of events or deliveries none of whose
 # detail lines (the deeper-indented lines right under it) is an Index Cond.
+# The serve's threads print their NOTICEs (libpq's default: stderr, in pieces
+# of 8 KiB) at the same time, so a long plan can be cut by another one: a
+# NOTICE that starts inside a line. A node cut that way is not judged (its
+# Index Cond comes after the other plan); a plan that reads an index end to
+# end does so at every batch, and is printed whole many times.
 awk '
     function judge() { if (scan != "" && !cond) print scan; scan = "" }
     {
         match($0, /^[ \t]*/); ind = RLENGTH
+        if (scan != "" && $0 ~ /^[ \t]+NOTICE:/) scan = ""
         if (scan != "" && (ind <= scan_ind || $0 ~ /->/)) judge()
         if (scan != "" && $0 ~ /Index Cond:/) cond = 1
         if ($0 ~ /Index (Only )?Scan (Backward )?using [a-z_]+ on (events|deliveries)( |$)/ ||
