@@ -12,9 +12,8 @@
 # empty tables, which then grow by thousands of rows, and no plan of its
 # statements may scan events or deliveries sequentially, nor read one of their
 # indexes from end to end (an index scan, or a bitmap index scan, with no Index
-# Cond: the delivery
-# results' UPDATE, planned on an empty table, used to hash every entry of
-# deliveries_due — the whole due backlog — for each batch of results).
+# Cond: the delivery results' UPDATE, planned on an empty table, used to hash
+# every entry of deliveries_due — the whole due backlog — for each batch).
 . "$(dirname "$0")/../support/lib.sh"
 new_db
 start_receiver hooks
